@@ -1,0 +1,1 @@
+"""Benchmarks and the tau2-bench harness for reflexguard."""

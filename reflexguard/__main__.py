@@ -1,0 +1,3 @@
+from reflexguard.cli import main
+
+main()

@@ -1,0 +1,17 @@
+"""The error channels every tool call is sorted into. Nothing here does I/O."""
+
+from enum import StrEnum
+
+
+class Channel(StrEnum):
+    OK = "ok"
+    UNKNOWN_TOOL = "unknown_tool"
+    MALFORMED_ARGS = "malformed_args"
+    SCHEMA_VIOLATION = "schema_violation"
+    VANISHED_CALL = "vanished_call"
+    CHOICE_VIOLATION = "choice_violation"
+    EMPTY_REPLY = "empty_reply"
+    UNGROUNDED_ENTITY = "ungrounded_entity"
+
+
+ERROR_CHANNELS: tuple[Channel, ...] = tuple(c for c in Channel if c is not Channel.OK)

@@ -1,0 +1,131 @@
+"""Finding tool calls written as text in an assistant's `content`.
+
+Nothing here does I/O. Three shapes are recognised, as model servers' tool parsers do:
+`<tool_call>{...}</tool_call>` blocks (Hermes/Qwen), fenced JSON blocks, and bare
+`{"name": ..., "arguments": ...}` objects (alone or in a list). A block that is
+evidently a call but whose JSON is broken is still returned, with its raw arguments
+text, so that it is classified as `malformed_args` rather than lost.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+FENCED = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
+NAME_FIELD = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+ARGS_FIELD = re.compile(r'"(?:arguments|parameters)"\s*:\s*(.*)', re.DOTALL)
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class TextCall:
+    name: str
+    arguments: str  # raw JSON text, possibly broken
+
+
+@dataclass(frozen=True)
+class Extraction:
+    calls: tuple[TextCall, ...]
+    remainder: str  # the content with the calls cut out
+
+
+def _as_call(obj: Any) -> TextCall | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    if "arguments" in obj:
+        args = obj["arguments"]
+    elif "parameters" in obj:
+        args = obj["parameters"]
+    else:
+        return None
+    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return TextCall(name=obj["name"], arguments=text)
+
+
+def _calls_in_json(value: Any) -> list[TextCall] | None:
+    items = value if isinstance(value, list) else [value]
+    calls = [_as_call(item) for item in items]
+    if not calls or any(c is None for c in calls):
+        return None
+    return [c for c in calls if c is not None]
+
+
+def _broken_call(text: str) -> TextCall | None:
+    """A block that names a tool but whose JSON does not parse."""
+    name = NAME_FIELD.search(text)
+    if name is None:
+        return None
+    args = ARGS_FIELD.search(text, name.end()) or ARGS_FIELD.search(text)
+    raw = args.group(1).rstrip().removesuffix("}").rstrip() if args else ""
+    return TextCall(name=name.group(1), arguments=raw)
+
+
+def _parse_block(text: str) -> list[TextCall]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        broken = _broken_call(text)
+        return [broken] if broken else []
+    return _calls_in_json(value) or []
+
+
+def _bare_objects(content: str) -> tuple[list[TextCall], list[tuple[int, int]]]:
+    calls: list[TextCall] = []
+    spans: list[tuple[int, int]] = []
+    position = 0
+    while True:
+        start = content.find("{", position)
+        if start < 0:
+            break
+        if start > 0 and content[start - 1] == "[":
+            start -= 1
+        try:
+            value, end = _DECODER.raw_decode(content, start)
+        except (ValueError, RecursionError):
+            position = start + 1
+            continue
+        found = _calls_in_json(value)
+        if found:
+            calls.extend(found)
+            spans.append((start, end))
+        position = end
+    return calls, spans
+
+
+def _cut(content: str, spans: list[tuple[int, int]]) -> str:
+    pieces: list[str] = []
+    last = 0
+    for start, end in sorted(spans):
+        pieces.append(content[last:start])
+        last = end
+    pieces.append(content[last:])
+    return "".join(pieces).strip()
+
+
+def extract_calls(content: str | None) -> Extraction:
+    """Tool calls written in `content`. Never raises."""
+    if not content or ("{" not in content):
+        return Extraction((), content or "")
+    for pattern in (TAGGED, FENCED):
+        calls: list[TextCall] = []
+        spans: list[tuple[int, int]] = []
+        for match in pattern.finditer(content):
+            found = _parse_block(match.group(1))
+            if found:
+                calls.extend(found)
+                spans.append(match.span())
+        if calls:
+            return Extraction(tuple(calls), _cut(content, spans))
+    bare, spans = _bare_objects(content)
+    if bare:
+        return Extraction(tuple(bare), _cut(content, spans))
+    stripped = content.strip()
+    if stripped.startswith("{") and NAME_FIELD.search(stripped):
+        broken = _broken_call(stripped)
+        if broken:
+            return Extraction((broken,), "")
+    return Extraction((), content)

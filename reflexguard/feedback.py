@@ -1,0 +1,92 @@
+"""The words of a re-ask: what is wrong with each call, said so a small model can act on it.
+
+Nothing here does I/O. Anything quoted back from model output is JSON-escaped,
+truncated, and has chat-template control sequences broken up, so a reply cannot
+smuggle instructions or special tokens into the repair prompt.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rapidfuzz import fuzz, process
+
+from reflexguard.channels import Channel
+from reflexguard.model import CallVerdict
+
+QUOTE_LIMIT = 200
+NAMES_LISTED = 25
+FIX_INSTRUCTION = "Fix this and call the tool again with corrected arguments. Do not explain."
+NOT_EXECUTED = (
+    "Not executed, because another call in the same reply was invalid. "
+    "Repeat this call if it is still needed."
+)
+REPLY_LEVEL_INSTRUCTION = {
+    Channel.EMPTY_REPLY: "Your reply was empty. Answer the user or call one of the tools.",
+    Channel.VANISHED_CALL: (
+        "You wrote a tool call as text. Do not write it out: call the tool itself."
+    ),
+    Channel.CHOICE_VIOLATION: "You must call a tool now.",
+}
+
+
+def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """Model output made safe to repeat back to the model."""
+    clipped = text if len(text) <= limit else text[:limit] + "…"
+    escaped = json.dumps(clipped, ensure_ascii=False)
+    for marker in ("<|", "|>", "<tool_call>", "</tool_call>"):
+        escaped = escaped.replace(marker, " ".join(marker))
+    return escaped
+
+
+def closest_names(name: str, offered: list[str]) -> list[str]:
+    """Offered tool names, the ones most like `name` first."""
+    if not offered:
+        return []
+    ranked = process.extract(name, offered, scorer=fuzz.WRatio, limit=None)
+    return [choice for choice, _score, _index in ranked]
+
+
+def _names_line(names: list[str]) -> str:
+    shown = names[:NAMES_LISTED]
+    more = f" (and {len(names) - len(shown)} more)" if len(names) > len(shown) else ""
+    return "Available tools: " + ", ".join(shown) + more + "."
+
+
+def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]) -> str:
+    """The content of the tool message answering one failed call."""
+    name = quote(verdict.name or "")
+    channel = verdict.channel
+    if channel is Channel.OK:
+        return NOT_EXECUTED
+    if channel is Channel.UNKNOWN_TOOL:
+        closest = closest_names(verdict.name or "", offered)
+        return (
+            f"Error: there is no tool named {name}. "
+            f"{_names_line(closest)} Call one of these. {FIX_INSTRUCTION}"
+        )
+    if channel is Channel.MALFORMED_ARGS:
+        return (
+            f"Error: the arguments of {name} are not one valid JSON object: "
+            f"{verdict.detail}. You sent {quote(arguments)}. {FIX_INSTRUCTION}"
+        )
+    if channel is Channel.SCHEMA_VIOLATION:
+        return (
+            f"Error: the arguments of {name} do not match its parameters: "
+            f"{verdict.detail}. {FIX_INSTRUCTION}"
+        )
+    if channel is Channel.UNGROUNDED_ENTITY:
+        return (
+            f"Error: {verdict.detail}. Do not invent identifiers: use one the user gave "
+            "or a tool returned, or ask the user for it."
+        )
+    return f"Error: {verdict.detail}. {FIX_INSTRUCTION}"
+
+
+def describe_reply_error(verdicts: list[CallVerdict], offered: list[str]) -> str:
+    """The instruction after a reply that failed without any call to answer."""
+    channel = verdicts[0].channel if verdicts else Channel.EMPTY_REPLY
+    instruction = REPLY_LEVEL_INSTRUCTION.get(channel, FIX_INSTRUCTION)
+    if channel is Channel.CHOICE_VIOLATION and verdicts[0].detail:
+        instruction = f"Error: {verdicts[0].detail}. {instruction}"
+    return f"{instruction} {_names_line(offered)}"

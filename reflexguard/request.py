@@ -1,0 +1,100 @@
+"""Reading an incoming chat-completion request. Nothing here does I/O.
+
+Only the envelope is checked (a JSON object with a list of messages that have roles)
+and the tools compiled; every other field is forwarded as the client sent it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from reflexguard.errors import BadRequest
+from reflexguard.grounding import collect_sources
+from reflexguard.model import JsonObject, ToolChoice
+from reflexguard.toolset import InvalidTools, InvalidToolSchema, ToolSetCache
+from reflexguard.validate import CallRules
+
+
+@dataclass(frozen=True)
+class GroundingPolicy:
+    enabled: bool = False
+    pattern: str = ""
+    include_system: bool = False
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    body: JsonObject
+    model: str
+    stream: bool
+    rules: CallRules | None  # None when the request offers no tools: nothing to guard
+
+    @property
+    def guarded(self) -> bool:
+        return self.rules is not None
+
+
+def parse_body(raw: bytes) -> JsonObject:
+    try:
+        body: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def _check_messages(body: JsonObject) -> None:
+    messages = body.get("messages")
+    if messages is None:
+        raise BadRequest("'messages' is a required property", param="messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty array", param="messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest(
+                f"messages[{index}] must be an object with a string 'role'",
+                param=f"messages[{index}]",
+            )
+
+
+def read_request(
+    raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
+    pattern_cache: dict[str, re.Pattern[str]],
+) -> ChatRequest:
+    body = parse_body(raw)
+    _check_messages(body)
+    model = body.get("model") if isinstance(body.get("model"), str) else ""
+    stream = body.get("stream") is True
+    tools = body.get("tools")
+    if tools is None or tools == []:
+        return ChatRequest(body, str(model), stream, None)
+    if not isinstance(tools, list):
+        raise BadRequest("'tools' must be an array", param="tools")
+    try:
+        toolset = cache.get(tools)
+    except InvalidToolSchema as exc:
+        raise BadRequest(str(exc), param=exc.param, code="invalid_tool_schema") from None
+    except InvalidTools as exc:
+        raise BadRequest(str(exc), param=exc.param) from None
+    parallel = body.get("parallel_tool_calls") is not False
+    rules = CallRules(
+        toolset=toolset,
+        tool_choice=ToolChoice.parse(body.get("tool_choice")),
+        parallel_tool_calls=parallel,
+    )
+    if grounding.enabled:
+        if grounding.pattern not in pattern_cache:
+            pattern_cache[grounding.pattern] = re.compile(grounding.pattern)
+        rules = CallRules(
+            toolset=toolset,
+            tool_choice=rules.tool_choice,
+            parallel_tool_calls=parallel,
+            grounding=collect_sources(body["messages"], grounding.include_system),
+            identifier_pattern=pattern_cache[grounding.pattern],
+        )
+    return ChatRequest(body, str(model), stream, rules)
