@@ -56,6 +56,7 @@ class FakeUpstream:
     script: list[Scripted] = field(default_factory=list)
     default: Scripted | Callable[[dict[str, Any]], Scripted] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def calls(self) -> int:
@@ -73,6 +74,7 @@ class FakeUpstream:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
         step = self.next(body)
         if step.delay:
             await asyncio.sleep(step.delay)

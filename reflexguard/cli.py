@@ -79,7 +79,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     from reflexguard.embedded import commands
 
-    return commands.run(args)
+    code: int = commands.run(args)
+    return code
 
 
 def _env_config() -> Path | None:

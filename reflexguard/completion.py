@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable
 
 from reflexguard.extract import extract_calls
-from reflexguard.model import JsonObject, Reply, ToolCall
+from reflexguard.model import JsonObject, Reply, ToolCall, as_object
 
 
 def new_call_id() -> str:
@@ -30,7 +30,7 @@ def _read_calls(raw_calls: object) -> tuple[ToolCall, ...]:
     for raw in raw_calls:
         if not isinstance(raw, dict):
             continue
-        function = raw.get("function") if isinstance(raw.get("function"), dict) else {}
+        function = as_object(raw.get("function"))
         arguments = function.get("arguments")
         if not isinstance(arguments, str):  # some servers send an object, not a string
             arguments = "" if arguments is None else _dump(arguments)
@@ -108,7 +108,7 @@ def with_reply(completion: JsonObject, reply: Reply, choice_index: int = 0) -> J
     if not choices:
         choices = [{"index": 0}]
     choice = choices[choice_index]
-    old_message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    old_message = as_object(choice.get("message"))
     message = {k: copy.deepcopy(v) for k, v in old_message.items()
                if k not in ("content", "tool_calls")}
     message.update(message_of(reply))

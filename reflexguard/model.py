@@ -16,6 +16,11 @@ from reflexguard.channels import Channel
 JsonObject = dict[str, Any]
 
 
+def as_object(value: object) -> JsonObject:
+    """`value` if it is a JSON object, else an empty one: model output is untrusted."""
+    return value if isinstance(value, dict) else {}
+
+
 class ToolCall(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -44,7 +49,7 @@ class CallVerdict(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     channel: Channel
-    index: int | None = Field(None, description="position in tool_calls; None for reply-level")
+    index: int | None = Field(default=None, description="position in tool_calls, if any")
     name: str | None = None
     detail: str = ""
 
@@ -76,7 +81,7 @@ class ToolChoice(BaseModel):
     def parse(cls, raw: object) -> ToolChoice:
         """Read the request's tool_choice; anything unrecognised behaves as 'auto'."""
         if raw in ("none", "required", "auto"):
-            return cls(mode=raw)  # type: ignore[arg-type]
+            return cls(mode=raw)
         if isinstance(raw, dict):
             function = raw.get("function")
             if isinstance(function, dict) and isinstance(function.get("name"), str):

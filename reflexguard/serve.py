@@ -18,7 +18,11 @@ async def _serve(settings: Settings, upstream_url: str) -> None:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
     log = app[GUARD_KEY].telemetry.log
     log.info("listening", host=settings.host, port=settings.port, upstream=upstream_url,
              repair=settings.repair)

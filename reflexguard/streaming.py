@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from reflexguard.completion import new_call_id
-from reflexguard.model import JsonObject, Reply, ToolCall
+from reflexguard.model import JsonObject, Reply, ToolCall, as_object
 
 CALL_OPENINGS = ("{", "[", "```", "<tool_call>")
 DONE = b"data: [DONE]\n\n"
@@ -75,7 +75,7 @@ class StreamAssembler:
     def _feed_choice(self, choice: JsonObject) -> bool:
         if isinstance(choice.get("finish_reason"), str):
             self.finish_reason = choice["finish_reason"]
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        delta = as_object(choice.get("delta"))
         forward = self.finish_reason is None
         deltas = delta.get("tool_calls")
         if isinstance(deltas, list) and deltas:
@@ -108,7 +108,7 @@ class StreamAssembler:
             partial = self.calls.setdefault(index if isinstance(index, int) else 0, _PartialCall())
             if isinstance(delta.get("id"), str):
                 partial.id = delta["id"]
-            function = delta.get("function") if isinstance(delta.get("function"), dict) else {}
+            function = as_object(delta.get("function"))
             if isinstance(function.get("name"), str):
                 partial.name += function["name"]
             if isinstance(function.get("arguments"), str):

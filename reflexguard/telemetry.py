@@ -114,8 +114,9 @@ class Telemetry:
         if attempt.kind != "fix":
             for call in calls:
                 self.tool_calls.labels(call["channel"], model).inc()
-                if session and call["channel"] != Channel.OK:
-                    self.sessions.add(session, call["channel"])
+                channel = str(call["channel"])
+                if session and channel != Channel.OK:
+                    self.sessions.add(session, channel)
             self.upstream_seconds.observe(attempt.upstream_seconds)
         for fix in attempt.fixes:
             self.fixes.labels(fix).inc()

@@ -18,6 +18,11 @@ import orjson
 from reflexguard.guard import UpstreamFailure
 from reflexguard.model import JsonObject
 
+__all__ = [
+    "RawResponse", "Upstream", "UpstreamFailure", "UpstreamHTTPError", "UpstreamProtocolError",
+    "UpstreamTimeout", "UpstreamUnreachable", "parse_completion",
+]
+
 FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
 
 
