@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 
 from aiohttp import web
@@ -23,6 +24,11 @@ async def _serve(settings: Settings, upstream_url: str) -> None:
     except OSError:
         await runner.cleanup()
         raise
+    # Long-lived objects (compiled schemas, the app) leave the collector's view, and young
+    # collections run less often: measured 10-15% less CPU per request (docs/performance.md).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
     log = app[GUARD_KEY].telemetry.log
     log.info("listening", host=settings.host, port=settings.port, upstream=upstream_url,
              repair=settings.repair)
@@ -43,12 +49,6 @@ def serve(settings: Settings) -> int:
     configure_logging(settings.log_level)
     if settings.upstream is None:
         raise CliError("--upstream is required (or REFLEXGUARD_UPSTREAM, or upstream: in a config)")
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
     try:
         asyncio.run(_serve(settings, settings.upstream))
     except OSError as exc:

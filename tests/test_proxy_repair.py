@@ -150,7 +150,7 @@ async def test_deterministic_fix_costs_no_upstream_call(fake, proxy):
     upstream.script = [Scripted(tool_call_completion(
         "get_order_detials", '{"order_id": "#W1234567", "detail": "full",'))]
     client = await proxy(snap_names=True, json_repair=True)
-    status, answer, headers = await post(client, chat_body())
+    _status, answer, headers = await post(client, chat_body())
     assert upstream.calls == 1 and headers["x-reflexguard-attempts"] == "1"
     call = answer["choices"][0]["message"]["tool_calls"][0]["function"]
     assert call["name"] == "get_order_details" and json.loads(call["arguments"]) == GOOD
@@ -190,7 +190,7 @@ async def test_content_format_upstream_is_lifted_in_both_modes(fake, proxy):
     upstream.default = Scripted(text_completion(written))
     for repair in (True, False):
         client = await proxy(tool_call_format="content", repair=repair)
-        status, answer, headers = await post(client, chat_body())
+        _status, answer, headers = await post(client, chat_body())
         message = answer["choices"][0]["message"]
         assert message["tool_calls"][0]["function"]["name"] == "get_order_details"
         assert answer["choices"][0]["finish_reason"] == "tool_calls"

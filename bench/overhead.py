@@ -1,0 +1,201 @@
+"""`python -m bench.overhead`: what reflexguard adds to a valid, non-streamed tool call.
+
+In one run it starts a fast fake upstream, the ~40-line baseline pass-through proxy and
+reflexguard, each in its own process, and drives each target with an aiohttp load
+client at several concurrencies. Figures are printed, never asserted: the machine is
+shared and noisy, so only ratios measured in the same run mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from bench.workload import REQUEST, REQUEST_BYTES
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+@contextmanager
+def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+    child = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if child.poll() is not None:
+                raise RuntimeError(f"{args} exited with {child.returncode}")
+            time.sleep(0.05)
+        yield child
+    finally:
+        child.terminate()
+        child.wait(10)
+
+
+@dataclass
+class Point:
+    latencies: list[float]
+    seconds: float
+    errors: int
+    cpu_ms_per_request: float | None
+
+    def merge(self, other: Point) -> Point:
+        if self.cpu_ms_per_request is None or other.cpu_ms_per_request is None:
+            cpu = None
+        else:
+            n, m = len(self.latencies), len(other.latencies)
+            cpu = (self.cpu_ms_per_request * n + other.cpu_ms_per_request * m) / (n + m)
+        return Point(self.latencies + other.latencies, self.seconds + other.seconds,
+                     self.errors + other.errors, cpu)
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.seconds
+
+
+async def drive(url: str, concurrency: int, requests: int, pid: int | None) -> Point:
+    latencies: list[float] = []
+    errors = 0
+    remaining = requests
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for _ in range(min(50, requests)):  # warm the pools and the tool-set cache
+            async with session.post(url, data=REQUEST_BYTES, headers=headers) as r:
+                await r.read()
+
+        async def worker() -> None:
+            nonlocal remaining, errors
+            while remaining > 0:
+                remaining -= 1
+                began = time.perf_counter()
+                async with session.post(url, data=REQUEST_BYTES, headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
+                        errors += 1
+                latencies.append(time.perf_counter() - began)
+
+        cpu_before = cpu_seconds(pid) if pid else 0.0
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - began
+        cpu = (cpu_seconds(pid) - cpu_before) * 1000 / requests if pid else None
+    return Point(latencies, elapsed, errors, cpu)
+
+
+def validation_micro() -> tuple[float, float]:
+    """Microseconds to validate one valid call, against parsing its arguments alone."""
+    import orjson
+
+    from bench.workload import ANSWER
+    from reflexguard.completion import reply_of
+    from reflexguard.request import GroundingPolicy, read_request
+    from reflexguard.toolset import ToolSetCache
+    from reflexguard.validate import validate_reply
+
+    cache = ToolSetCache()
+    rules = read_request(REQUEST_BYTES, cache, GroundingPolicy(), {}).rules
+    assert rules is not None
+    reply = reply_of(ANSWER["choices"][0])  # type: ignore[index]
+    arguments = reply.tool_calls[0].arguments
+    rounds = 20_000
+    began = time.perf_counter()
+    for _ in range(rounds):
+        validate_reply(reply, rules)
+    validate_us = (time.perf_counter() - began) / rounds * 1e6
+    began = time.perf_counter()
+    for _ in range(rounds):
+        orjson.loads(arguments)
+    parse_us = (time.perf_counter() - began) / rounds * 1e6
+    return validate_us, parse_us
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000, help="per target and concurrency")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="targets alternate in rounds, so drifting machine load hits all")
+    args = parser.parse_args()
+    upstream_port, baseline_port, guard_port = free_port(), free_port(), free_port()
+    upstream = f"http://127.0.0.1:{upstream_port}/v1"
+    print(f"reflexguard overhead benchmark: {len(REQUEST['tools'])} tools, valid non-streamed "
+          f"tool calls, {args.requests} requests per point, {os.cpu_count()} cores")
+    print("upstream: a fast fake (fixed simulated answer), so every figure is proxy cost")
+    with process(["-m", "bench.fast_upstream", "--port", str(upstream_port)], upstream_port), \
+            process(["-m", "bench.minimal_proxy", "--upstream", upstream, "--port",
+                     str(baseline_port)], baseline_port) as baseline, \
+            process(["-m", "reflexguard", "serve", "--upstream", upstream, "--port",
+                     str(guard_port)], guard_port) as guard:
+        targets = {
+            "direct": (f"{upstream}/chat/completions", None),
+            "baseline": (f"http://127.0.0.1:{baseline_port}/v1/chat/completions", baseline.pid),
+            "reflexguard": (f"http://127.0.0.1:{guard_port}/v1/chat/completions", guard.pid),
+        }
+        print(f"\n{'target':<12} {'c':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
+              f"{'cpu ms/req':>10} {'errors':>6}")
+        results: dict[tuple[str, int], Point] = {}
+        per_round = max(1, args.requests // args.rounds)
+        for concurrency in args.concurrency:
+            for _ in range(args.rounds):
+                for name, (url, pid) in targets.items():
+                    point = asyncio.run(drive(url, concurrency, per_round, pid))
+                    earlier = results.get((name, concurrency))
+                    results[name, concurrency] = earlier.merge(point) if earlier else point
+            for name in targets:
+                point = results[name, concurrency]
+                cpu = f"{point.cpu_ms_per_request:.2f}" if point.cpu_ms_per_request else "-"
+                print(f"{name:<12} {concurrency:>4} {point.quantile(0.5):>8.2f} "
+                      f"{point.quantile(0.99):>8.2f} {point.rps:>8.0f} {cpu:>10} "
+                      f"{point.errors:>6}")
+    print("\nadded over direct (ms) and reflexguard/baseline ratios")
+    print(f"{'c':>4} {'base +p50':>10} {'rg +p50':>9} {'ratio':>6} {'base +p99':>10} "
+          f"{'rg +p99':>9} {'rps ratio':>9}")
+    for concurrency in args.concurrency:
+        direct = results["direct", concurrency]
+        base = results["baseline", concurrency]
+        rg = results["reflexguard", concurrency]
+        base_p50 = base.quantile(0.5) - direct.quantile(0.5)
+        rg_p50 = rg.quantile(0.5) - direct.quantile(0.5)
+        base_p99 = base.quantile(0.99) - direct.quantile(0.99)
+        rg_p99 = rg.quantile(0.99) - direct.quantile(0.99)
+        ratio = rg_p50 / base_p50 if base_p50 > 0 else float("nan")
+        print(f"{concurrency:>4} {base_p50:>10.2f} {rg_p50:>9.2f} {ratio:>6.2f} "
+              f"{base_p99:>10.2f} {rg_p99:>9.2f} {rg.rps / base.rps:>9.2f}")
+    validate_us, parse_us = validation_micro()
+    print(f"\nvalidating one valid call: {validate_us:.1f} us "
+          f"(parsing its arguments alone: {parse_us:.1f} us, "
+          f"ratio {validate_us / parse_us:.1f})")
+
+
+if __name__ == "__main__":
+    main()
