@@ -76,6 +76,7 @@ class LadderResult:
     attempts: list[Attempt]
     outcome: Outcome
     fallbacks: list[str] = field(default_factory=list)
+    failed_calls: int = 0  # upstream calls that produced no completion
 
     @property
     def final(self) -> Attempt:
@@ -83,7 +84,7 @@ class LadderResult:
 
     @property
     def upstream_calls(self) -> int:
-        return sum(1 for a in self.attempts if a.kind != "fix")
+        return sum(1 for a in self.attempts if a.kind != "fix") + self.failed_calls
 
     @property
     def violations(self) -> int:
@@ -158,9 +159,10 @@ async def run_ladder(
     if repairs <= 0:
         return LadderResult(attempts, "exhausted", ["exhausted"])
     fallbacks: list[str] = []
+    failed_calls = 0
 
     async def reask() -> Attempt:
-        nonlocal latest
+        nonlocal latest, failed_calls
         number = len([a for a in attempts if a.kind != "fix"]) + 1
         is_last = number == repairs + 1
         request = reask_body(body, latest.reply, latest.verdict, rules.toolset)
@@ -171,7 +173,11 @@ async def run_ladder(
             kind = "constrained"
         json_mode = kind == "constrained" and policy.constrained != "tool_choice"
         started = time.perf_counter()
-        completion = await send(request)
+        try:
+            completion = await send(request)
+        except UpstreamFailure:
+            failed_calls += 1
+            raise
         attempt = read_attempt(
             number, kind, completion, rules, policy.lift_text_calls or json_mode,
             time.perf_counter() - started,
@@ -195,8 +201,8 @@ async def run_ladder(
     if final.valid:
         outcome: Outcome = "fixed_by_constrained" if final.kind == "constrained" or (
             final.kind == "fix" and attempts[-2].kind == "constrained") else "fixed_by_reask"
-        return LadderResult(attempts, outcome, fallbacks)
-    return LadderResult(attempts, "exhausted", [*fallbacks, "exhausted"])
+        return LadderResult(attempts, outcome, fallbacks, failed_calls)
+    return LadderResult(attempts, "exhausted", [*fallbacks, "exhausted"], failed_calls)
 
 
 def agent_completion(result: LadderResult) -> JsonObject:

@@ -37,7 +37,9 @@ def repair_messages(
     """The original messages, the failed reply, and what is wrong with it."""
     offered = toolset.names
     if reply.tool_calls:
-        shown = Reply(content=reply.content, tool_calls=tuple(map(_echoable, reply.tool_calls)))
+        # Content is "" rather than null: llama-cpp-python rejects null assistant content.
+        shown = Reply(content=reply.content or "",
+                      tool_calls=tuple(map(_echoable, reply.tool_calls)))
         by_index = {v.index: v for v in verdict.calls if v.index is not None}
         feedback: list[JsonObject] = []
         for index, call in enumerate(reply.tool_calls):
@@ -109,8 +111,9 @@ def constrain(
     elif mode == "structured_outputs":
         constrained["structured_outputs"] = {"json": call_schema(toolset, names)}
     else:
+        # `json_object` with a `schema` is the form both llama.cpp's server and
+        # llama-cpp-python's accept (the latter rejects OpenAI's `json_schema` type).
         constrained["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "tool_call", "schema": call_schema(toolset, names)},
+            "type": "json_object", "schema": call_schema(toolset, names),
         }
     return constrained

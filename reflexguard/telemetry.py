@@ -7,8 +7,8 @@ upstream credentials never reach a log line.
 from __future__ import annotations
 
 import logging
-import time
 import sys
+import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import IO, Any

@@ -226,8 +226,8 @@ async def test_upstream_error_during_repair_falls_back_to_last_answer(fake, prox
     upstream, _ = fake
     upstream.script = [invalid(), Scripted(status=500, body=b'{"error": {"message": "x"}}')]
     client = await proxy()
-    status, answer, _ = await post(client, chat_body())
-    assert status == 200
+    status, answer, headers = await post(client, chat_body())
+    assert status == 200 and headers["x-reflexguard-attempts"] == "2"
     assert answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == (
         "get_order_detail"
     )

@@ -81,7 +81,8 @@ def test_constrained_bodies() -> None:
         "cancel_order"
     ]
     fmt = constrain(body, "response_format", reply, verdict, TOOLSET)  # type: ignore[arg-type]
-    assert fmt["response_format"]["type"] == "json_schema"
+    assert fmt["response_format"]["type"] == "json_object"
+    assert fmt["response_format"]["schema"]["required"] == ["name", "arguments"]
     assert "tool_choice" not in body and "response_format" not in body
     both = call_schema(TOOLSET, TOOLSET.names)
     assert len(both["anyOf"]) == 2

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up, fetch the embedded model, then run the whole suite (real-model tests included).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/setup.sh
+.venv/bin/reflexguard model fetch
+.venv/bin/ruff check .
+.venv/bin/mypy
+.venv/bin/python -m pytest "$@"
