@@ -22,7 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.workload import REQUEST, REQUEST_BYTES
+from bench.workload import REQUEST_BYTES, TOOLS
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -148,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     upstream_port, baseline_port, guard_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    print(f"reflexguard overhead benchmark: {len(REQUEST['tools'])} tools, valid non-streamed "
+    print(f"reflexguard overhead benchmark: {len(TOOLS)} tools, valid non-streamed "
           f"tool calls, {args.requests} requests per point, {os.cpu_count()} cores")
     print("upstream: a fast fake (fixed simulated answer), so every figure is proxy cost")
     with process(["-m", "bench.fast_upstream", "--port", str(upstream_port)], upstream_port), \

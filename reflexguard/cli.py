@@ -77,10 +77,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         except (FileNotFoundError, ValueError) as exc:
             raise CliError(str(exc).splitlines()[0]) from None
         return serve(settings)
-    from reflexguard.embedded import commands
+    from reflexguard.embedded.commands import run_model_command
 
-    code: int = commands.run(args)
-    return code
+    return run_model_command(args)
 
 
 def _env_config() -> Path | None:

@@ -14,11 +14,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-from reflexguard.embedded.variants import QWEN_05B, SHIPPED, Source, Variant, variant
+from reflexguard.embedded.variants import QWEN_05B, SHIPPED, VARIANTS, Source, Variant, variant
 
 CHUNK = 1 << 20
 
@@ -158,14 +159,20 @@ def ensure(name: str) -> Path:
     return fetch() if v.ftype is None else quantize(v.name)
 
 
-def listing() -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
-    for v in (variant(n) for n in ("Q4_K_M", "Q3_K_S", "Q2_K")):
+@dataclass(frozen=True)
+class CachedModel:
+    variant: str
+    label: str
+    path: Path
+    size: int | None  # None when not cached
+    sha256: str | None
+
+
+def listing() -> list[CachedModel]:
+    rows: list[CachedModel] = []
+    for v in VARIANTS.values():
         path = path_of(v)
-        meta: dict[str, object] = {}
-        if _meta_path(path).exists():
-            meta = json.loads(_meta_path(path).read_text())
-        rows.append({"variant": v.name, "label": v.label, "cached": path.exists(),
-                     "size": path.stat().st_size if path.exists() else None,
-                     "sha256": meta.get("sha256"), "path": str(path)})
+        rows.append(CachedModel(v.name, v.label, path,
+                                path.stat().st_size if path.exists() else None,
+                                _recorded_sha(path) if path.exists() else None))
     return rows
