@@ -133,6 +133,8 @@ class Telemetry:
                 session: str | None) -> None:
         if outcome not in ("clean", "observed"):
             self.repairs.labels(outcome).inc()
+        if outcome != "clean":
+            self.emit("outcome", outcome=outcome, request_id=request_id, session=session)
         for kind in fallbacks:
             self.fallback(kind, request_id=request_id, session=session)
 

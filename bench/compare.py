@@ -1,0 +1,97 @@
+"""`python -m bench.compare`: tau2-bench episodes through reflexguard, repair on and/or off.
+
+Default: the embedded Qwen2.5-Coder-0.5B at Q4_K_M (reference) and Q2_K (requantized),
+tau2's `mock` domain (all 9 tasks), both arms, one trial, K=10; the report lands in
+runs/NAME. See docs/bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+RETAIL_SUBSET = 5
+SIMULATED_CHANNELS = ("unknown_tool", "argument_error")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    p.add_argument("--repair", choices=["on", "off", "both"], default="both")
+    p.add_argument("--cells", type=Path, help="cells.yaml (default: the embedded model)")
+    p.add_argument("--domains", nargs="+", default=["mock"],
+                   choices=["mock", "retail", "telecom", "airline"])
+    p.add_argument("--retail-subset", action="store_true",
+                   help=f"also run retail's first {RETAIL_SUBSET} tasks")
+    tasks = p.add_mutually_exclusive_group()
+    tasks.add_argument("--tasks", type=int, help="the first N tasks of each domain (default all)")
+    tasks.add_argument("--task-ids", nargs="+")
+    p.add_argument("--trials", type=int, default=1)
+    p.add_argument("--max-errors", type=int, default=10)
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--out", type=Path, default=None, help="default: runs/<timestamp>")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--simulated-agent", metavar="ERRORS", default=None,
+                   help="TEST ONLY: replay gold actions with these injected errors "
+                        "(comma-separated: unknown_tool, argument_error); no model runs")
+    return p
+
+
+def _fail(message: str) -> None:
+    print(f"bench.compare: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    for name, value in (("--tasks", args.tasks), ("--trials", args.trials),
+                        ("--max-errors", args.max_errors), ("--concurrency", args.concurrency)):
+        if value is not None and value < 1:
+            _fail(f"{name} must be at least 1")
+    simulated = None
+    if args.simulated_agent is not None:
+        simulated = [c for c in args.simulated_agent.split(",") if c]
+        unknown = [c for c in simulated if c not in SIMULATED_CHANNELS]
+        if unknown:
+            _fail(f"unknown simulated error channel(s): {', '.join(unknown)}")
+    from reflexguard.telemetry import configure_logging
+
+    configure_logging("warning")
+    from bench.cells import load_cells, simulated_cells
+    from bench.report import build_report
+    from bench.runner import BenchError, RunOptions, run
+
+    try:
+        config = simulated_cells(simulated) if simulated is not None else load_cells(args.cells)
+    except FileNotFoundError:
+        _fail(f"cells file not found: {args.cells}")
+    except (ValidationError, ValueError) as exc:
+        _fail(f"invalid cells file {args.cells}: {str(exc).splitlines()[0]}")
+    domains = list(dict.fromkeys(args.domains + (["retail"] if args.retail_subset else [])))
+    out = args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    options = RunOptions(
+        out=out, arms=["off", "on"] if args.repair == "both" else [args.repair],
+        domains=domains, tasks=args.tasks, task_ids=args.task_ids, trials=args.trials,
+        max_errors=args.max_errors, concurrency=args.concurrency, resume=args.resume,
+        domain_tasks={"retail": RETAIL_SUBSET} if args.retail_subset and not args.tasks else {},
+    )
+    started = time.monotonic()
+    try:
+        run(config, options)
+    except BenchError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished episodes are saved: rerun with --resume --out {out}",
+              file=sys.stderr)
+        sys.exit(130)
+    build_report(out, args.max_errors)
+    minutes = (time.monotonic() - started) / 60
+    label = " (SIMULATED agent)" if simulated is not None else ""
+    print(f"report{label}: {out / 'report.md'} ({minutes:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()

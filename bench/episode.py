@@ -1,0 +1,194 @@
+"""One tau2 episode through tau2's real orchestrator and evaluator, kept as a record.
+
+This mirrors `tau2.run.run_task` (same environment, agent, user and orchestrator
+construction) so that a crash mid-episode still leaves the partial trajectory: such an
+episode is recorded as an infrastructure error and a failure, never dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import bench.tau2_setup  # noqa: F401
+from tau2.agent.llm_agent import LLMAgent, LLMSoloAgent
+from tau2.data_model.message import AssistantMessage, ToolMessage
+from tau2.data_model.tasks import RewardType, Task
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.orchestrator.orchestrator import Orchestrator
+from tau2.registry import registry
+from tau2.user.user_simulator import DummyUser, UserSimulator
+
+from bench.classify import env_channel
+from bench.records import Arm, Cell, EpisodeRecord, ProxyRecord, ToolCallRecord
+from bench.scripted_user import LABEL as SCRIPTED_LABEL
+from bench.scripted_user import ScriptedUser
+from bench.sim_agent import SimulatedAgent
+
+AgentKind = Literal["llm", "simulated"]
+UserKind = Literal["scripted", "llm", "solo"]
+MAX_STEPS = 60
+CONTENT_KEPT = 300
+JUDGE_NOTE = ("none: natural-language assertions are not evaluated (tau2's judge is a "
+              "hosted model); tasks checked only by them are flagged unscored")
+
+
+@dataclass
+class EpisodeSpec:
+    cell: Cell
+    arm: Arm
+    task: Task
+    trial: int
+    seed: int
+    max_errors: int = 10
+    agent: AgentKind = "llm"
+    user: UserKind = "scripted"
+    llm: str | None = None  # litellm model string for the agent, e.g. "openai/embedded"
+    llm_args: dict[str, Any] = field(default_factory=dict)
+    user_llm: str | None = None
+    user_llm_args: dict[str, Any] = field(default_factory=dict)
+    inject: list[str] = field(default_factory=list)  # simulated agent only
+
+    @property
+    def session(self) -> str:
+        return f"{self.cell.key}|{self.arm}|{self.task.id}|{self.trial}"
+
+
+def is_unscored(task: Task) -> bool:
+    """True when nothing but natural-language assertions checks the agent's work."""
+    criteria = task.evaluation_criteria
+    if criteria is None:
+        return True
+    return not (criteria.actions or criteria.env_assertions or criteria.communicate_info)
+
+
+def _without_nl(task: Task) -> Task:
+    criteria = task.evaluation_criteria
+    if criteria is None or not criteria.reward_basis:
+        return task
+    basis = [b for b in criteria.reward_basis if b != RewardType.NL_ASSERTION]
+    return task.model_copy(update={"evaluation_criteria": criteria.model_copy(
+        update={"reward_basis": basis})})
+
+
+def _build(spec: EpisodeSpec) -> tuple[Orchestrator, bool, frozenset[str], str]:
+    domain = spec.cell.domain
+    make_env = registry.get_env_constructor(domain)
+    solo = spec.user == "solo"
+    environment = make_env(solo_mode=True) if solo else make_env()
+    try:
+        user_tools = environment.get_user_tools() if environment.user_tools else []
+    except Exception:
+        user_tools = []
+    user_tool_names = frozenset(t.name for t in user_tools) if not solo else frozenset()
+    agent: Any
+    if spec.agent == "simulated":
+        agent = SimulatedAgent(environment.get_tools(), environment.get_policy(), spec.task,
+                               spec.inject)
+    elif solo:
+        agent = LLMSoloAgent(tools=environment.get_tools() + user_tools,
+                             domain_policy=environment.get_policy(), llm=spec.llm,
+                             llm_args=spec.llm_args, task=spec.task)
+    else:
+        agent = LLMAgent(tools=environment.get_tools(), domain_policy=environment.get_policy(),
+                         llm=spec.llm, llm_args=spec.llm_args)
+    user: Any
+    if solo:
+        user = DummyUser(tools=None, instructions=str(spec.task.user_scenario), llm=None)
+        user_label = "none (telecom solo mode: the agent works from the ticket)"
+    elif spec.user == "llm":
+        user = UserSimulator(tools=user_tools or None, instructions=str(spec.task.user_scenario),
+                             llm=spec.user_llm, llm_args=spec.user_llm_args)
+        user_label = f"tau2 LLM user simulator ({spec.user_llm})"
+    else:
+        user = ScriptedUser(spec.task)
+        user_label = SCRIPTED_LABEL
+    orchestrator = Orchestrator(domain=domain, agent=agent, user=user, environment=environment,
+                                task=spec.task, max_steps=MAX_STEPS,
+                                max_errors=spec.max_errors, seed=spec.seed, solo_mode=solo)
+    return orchestrator, solo, user_tool_names, user_label
+
+
+def tool_calls_of(messages: list[Any], user_tool_names: frozenset[str]) -> tuple[
+        list[ToolCallRecord], int]:
+    """Every call with the environment's answer (joined by position), and the agent turns."""
+    calls: list[ToolCallRecord] = []
+    turns = -1
+    pending: list[tuple[int, str, str]] = []
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            turns += 1
+            pending = [(turns, c.name, "assistant") for c in message.tool_calls or []]
+        elif getattr(message, "role", None) == "user" and getattr(message, "tool_calls", None):
+            pending = [(-1, c.name, "user") for c in message.tool_calls]
+        elif isinstance(message, ToolMessage) and pending:
+            turn, name, _ = pending.pop(0)
+            content = str(message.content or "")
+            channel = env_channel(content, name, user_tool_names) if message.error else None
+            calls.append(ToolCallRecord(turn=turn, name=name, error=bool(message.error),
+                                        channel=channel, content=content[:CONTENT_KEPT]))
+    return calls, turns + 1
+
+
+def proxy_record(events: list[dict[str, Any]]) -> ProxyRecord:
+    first: Counter[str] = Counter()
+    names: Counter[str] = Counter()
+    extra = attempted = succeeded = 0
+    for event in events:
+        if event.get("event") == "attempt":
+            if event["kind"] == "initial":
+                for call in event["calls"]:
+                    first[call["channel"]] += 1
+                    if call["channel"] == "unknown_tool" and call.get("name"):
+                        names[call["name"]] += 1
+            elif event["kind"] in ("reask", "constrained"):
+                extra += 1
+        elif event.get("event") == "outcome" and event["outcome"] not in ("observed",):
+            attempted += 1
+            succeeded += str(event["outcome"]).startswith("fixed")
+    return ProxyRecord(first_attempt_channels=dict(first), unknown_tool_names=dict(names),
+                       repairs_attempted=attempted, repairs_succeeded=succeeded,
+                       extra_upstream_calls=extra)
+
+
+def run_episode(spec: EpisodeSpec,
+                events_for: Callable[[str], list[dict[str, Any]]] | None = None) -> EpisodeRecord:
+    started = time.perf_counter()
+    orchestrator, solo, user_tool_names, user_label = _build(spec)
+    infrastructure_error: str | None = None
+    simulation = None
+    try:
+        simulation = orchestrator.run()
+        messages = simulation.messages
+        reason = simulation.termination_reason
+        termination = str(getattr(reason, "value", reason))
+    except Exception as exc:  # an episode that crashes is a failure, never a dropped run
+        infrastructure_error = f"{type(exc).__name__}: {str(exc)[:500]}"
+        messages = list(getattr(orchestrator, "trajectory", []))
+        termination = "infrastructure_error"
+    reward = 0.0
+    note = ""
+    if simulation is not None:
+        try:
+            info = evaluate_simulation(simulation=simulation, task=_without_nl(spec.task),
+                                       evaluation_type=EvaluationType.ALL, solo_mode=solo,
+                                       domain=spec.cell.domain)
+            reward = float(info.reward)
+        except Exception as exc:  # e.g. "Task task_2 not found": reward 0, kept
+            note = f"evaluation failed: {type(exc).__name__}: {str(exc)[:300]}"
+    calls, turns = tool_calls_of(messages, user_tool_names)
+    tau2_result: dict[str, Any] = {"termination_reason": termination, "note": note}
+    if simulation is not None:
+        tau2_result["simulation"] = simulation.model_dump(mode="json")
+    return EpisodeRecord(
+        cell=spec.cell, arm=spec.arm, task_id=spec.task.id, trial=spec.trial, seed=spec.seed,
+        simulated=spec.agent == "simulated", unscored=is_unscored(spec.task),
+        termination_reason=termination, reward=reward,
+        infrastructure_error=infrastructure_error, agent_turns=turns, calls=calls,
+        proxy=proxy_record(events_for(spec.session)) if events_for else ProxyRecord(),
+        duration_s=time.perf_counter() - started, user=user_label, judge=JUDGE_NOTE,
+        tau2=tau2_result,
+    )

@@ -1,0 +1,93 @@
+"""The report's PNG plots, drawn from the summary with matplotlib's Agg backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bench.records import ENV_CHANNELS  # noqa: E402
+
+
+def success_curves(summary: dict[str, Any], path: Path, tag: str) -> None:
+    cells = sorted(summary["success_at_k"])
+    fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(4.2 * max(1, len(cells)), 3.6),
+                             squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=False):
+        for arm, style in (("off", "--"), ("on", "-")):
+            curve = summary["success_at_k"][cell].get(arm)
+            if not curve:
+                continue
+            ks = sorted(int(k) for k in curve)
+            rates = [curve[str(k)]["rate"] or 0 for k in ks]
+            lows = [curve[str(k)]["low"] or 0 for k in ks]
+            highs = [curve[str(k)]["high"] or 0 for k in ks]
+            ax.plot(ks, rates, style, marker="o", label=f"repair {arm}")
+            ax.fill_between(ks, lows, highs, alpha=0.15)
+        ax.set_title(cell, fontsize=8)
+        ax.set_xlabel("error budget K")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("success (Wilson 95% CI)")
+    fig.suptitle(f"Success vs error budget{tag}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def channel_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
+    cells = sorted(summary["env_channels"])
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(ENV_CHANNELS) + 2), 3.8))
+    width = 0.8 / max(1, len(cells))
+    for i, cell in enumerate(cells):
+        arm = "off" if "off" in summary["env_channels"][cell] else "on"
+        rates = summary["env_channels"][cell][arm]["per_call"]
+        xs = [j + i * width for j in range(len(ENV_CHANNELS))]
+        ax.bar(xs, [rates.get(c) or 0 for c in ENV_CHANNELS], width,
+               label=f"{cell} (repair {arm})")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ENV_CHANNELS))])
+    ax.set_xticklabels(ENV_CHANNELS, fontsize=8)
+    ax.set_ylabel("errors per tool call")
+    ax.legend(fontsize=7)
+    ax.set_title(f"Channel error rates by precision{tag}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def name_scatter(summary: dict[str, Any], path: Path, tag: str) -> None:
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    plotted = False
+    for cell, names in sorted(summary["hallucinated_names"].items()):
+        ref, low = names["reference_counts"], names["lower_counts"]
+        keys = sorted(set(ref) | set(low))
+        if not keys:
+            continue
+        plotted = True
+        ax.scatter([ref.get(k, 0) for k in keys], [low.get(k, 0) for k in keys], label=cell)
+        for k in keys:
+            ax.annotate(k, (ref.get(k, 0), low.get(k, 0)), fontsize=6)
+    top = ax.get_xlim()[1] if plotted else 1
+    ax.plot([0, top], [0, top], ":", color="grey")
+    ax.set_xlabel("count at the reference precision")
+    ax.set_ylabel("count at the lower precision")
+    ax.set_title(f"Hallucinated tool names{tag}" + ("" if plotted else " (none observed)"),
+                 fontsize=10)
+    if plotted:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_all(summary: dict[str, Any], out: Path) -> list[str]:
+    tag = " (SIMULATED agent)" if summary["simulated"] else ""
+    files = {"success_vs_k.png": success_curves, "channel_rates.png": channel_bars,
+             "hallucinated_names.png": name_scatter}
+    for name, draw in files.items():
+        draw(summary, out / name, tag)
+    return list(files)

@@ -1,0 +1,195 @@
+"""Running the cells: upstreams, a reflexguard per arm, tau2 episodes, saved at once.
+
+This is the I/O shell of the bench. Episodes already in `episodes.jsonl` are skipped
+with `--resume`; every finished episode is appended immediately.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+import bench.tau2_setup  # noqa: F401
+from bench.cells import CellsConfig, Precision
+from bench.episode import EpisodeSpec, UserKind, run_episode
+from bench.proxy_host import ProxyHost
+from bench.records import Arm, Cell, EpisodeRecord
+from bench.store import RecordStore
+from reflexguard.config import Settings
+from tau2.agent.llm_agent import LLMSoloAgent
+from tau2.data_model.tasks import Task
+from tau2.run import load_tasks
+
+TASK_SETS = {"mock": "mock", "retail": "retail", "telecom": "telecom", "airline": "airline"}
+
+
+class BenchError(Exception):
+    """A user mistake in the bench's options: one line, exit 2."""
+
+
+@dataclass
+class RunOptions:
+    out: Path
+    arms: list[Arm]
+    domains: list[str]
+    tasks: int | None = None
+    task_ids: list[str] | None = None
+    trials: int = 1
+    max_errors: int = 10
+    concurrency: int = 1
+    resume: bool = False
+    seed: int = 300
+    domain_tasks: dict[str, int] = field(default_factory=dict)  # per-domain task caps
+
+
+def select_tasks(domain: str, count: int | None, ids: list[str] | None) -> list[Task]:
+    tasks = load_tasks(TASK_SETS[domain])
+    if domain == "telecom":  # solo mode: only tasks with a ticket the agent can work from
+        tasks = [t for t in tasks if LLMSoloAgent.check_valid_task(t)]
+    if ids:
+        by_id = {t.id: t for t in tasks}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise BenchError(f"unknown task id(s) in {domain}: {', '.join(missing)}")
+        return [by_id[i] for i in ids]
+    return tasks[:count] if count else tasks
+
+
+@contextlib.contextmanager
+def upstream_for(precision: Precision) -> Iterator[tuple[str, str, str | None]]:
+    """(base URL, model id, api key) of a precision's model server, running."""
+    if precision.endpoint is not None:
+        yield precision.endpoint.base_url, precision.endpoint.model, precision.endpoint.api_key
+        return
+    from reflexguard.embedded.child import model_server
+
+    assert precision.embedded is not None
+    with model_server(precision.embedded) as server:
+        yield server.base_url, f"embedded-{precision.embedded}", None
+
+
+def events_reader(path: Path) -> Callable[[str], list[dict[str, Any]]]:
+    def read(session: str) -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        events = []
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("session") == session:
+                events.append(event)
+        return events
+
+    return read
+
+
+def _user_kind(domain: str, config: CellsConfig) -> UserKind:
+    if domain == "telecom":
+        return "solo"
+    return "llm" if config.user.kind == "llm" else "scripted"
+
+
+class Progress:
+    def __init__(self, total: int, done: list[EpisodeRecord]) -> None:
+        self.bar = tqdm(total=total, initial=len(done), unit="episode", desc="episodes")
+        self.successes = sum(r.success for r in done)
+        self.count = len(done)
+
+    def update(self, record: EpisodeRecord) -> None:
+        self.count += 1
+        self.successes += record.success
+        self.bar.set_postfix(success=f"{self.successes}/{self.count}", last=record.task_id)
+        self.bar.update(1)
+
+
+def _specs(config: CellsConfig, precision: Precision, cell: Cell, arm: Arm, options: RunOptions,
+           llm: str | None, llm_args: dict[str, Any]) -> list[EpisodeSpec]:
+    cap = options.domain_tasks.get(cell.domain, options.tasks)
+    tasks = select_tasks(cell.domain, cap, options.task_ids)
+    user_endpoint = config.user.endpoint
+    specs = []
+    for task in tasks:
+        for trial in range(options.trials):
+            spec = EpisodeSpec(
+                cell=cell, arm=arm, task=task, trial=trial, seed=options.seed + trial,
+                max_errors=options.max_errors, user=_user_kind(cell.domain, config), llm=llm,
+                agent="simulated" if precision.simulated_errors is not None else "llm",
+                inject=list(precision.simulated_errors or []),
+                user_llm=f"openai/{user_endpoint.model}" if user_endpoint else None,
+                user_llm_args={"api_base": user_endpoint.base_url,
+                               "api_key": user_endpoint.api_key or "none",
+                               "temperature": 0} if user_endpoint else {},
+            )
+            spec.llm_args = {**llm_args, "extra_headers": {"x-reflexguard-session":
+                                                           spec.session}}
+            specs.append(spec)
+    return specs
+
+
+def _run_specs(specs: list[EpisodeSpec], options: RunOptions, done: set[tuple[Any, ...]],
+               store: RecordStore, progress: Progress,
+               events_for: Callable[[str], list[dict[str, Any]]] | None) -> None:
+    todo = [s for s in specs if (s.cell.key, s.arm, s.task.id, s.trial) not in done]
+
+    def one(spec: EpisodeSpec) -> EpisodeRecord:
+        return run_episode(spec, events_for)
+
+    with ThreadPoolExecutor(max_workers=options.concurrency) as pool:
+        for record in pool.map(one, todo):
+            store.append(record)
+            progress.update(record)
+
+
+def count_planned(config: CellsConfig, options: RunOptions) -> int:
+    total = 0
+    for _, _, cell in config.cells(options.domains):
+        cap = options.domain_tasks.get(cell.domain, options.tasks)
+        total += len(select_tasks(cell.domain, cap, options.task_ids)) * options.trials * len(
+            options.arms)
+    return total
+
+
+def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
+    store = RecordStore(options.out / "episodes.jsonl")
+    existing = store.load() if options.resume else []
+    if not options.resume and store.path.exists():
+        raise BenchError(f"{store.path} exists: pass --resume to continue it, or a new --out")
+    done = {r.key for r in existing}
+    progress = Progress(count_planned(config, options), existing)
+    events_dir = options.out / "events"
+    for entry in config.models:
+        for precision in entry.precisions:
+            cells = [c for e, p, c in config.cells(options.domains) if p is precision]
+            if precision.simulated_errors is not None:
+                for cell in cells:
+                    for arm in options.arms:
+                        _run_specs(_specs(config, precision, cell, arm, options, None, {}),
+                                   options, done, store, progress, None)
+                continue
+            with upstream_for(precision) as (base_url, model_id, api_key):
+                for cell in cells:
+                    for arm in options.arms:
+                        events = events_dir / f"{cell.key.replace('/', '_')}-{arm}.jsonl"
+                        settings = Settings(
+                            upstream=base_url, upstream_api_key=api_key, repair=arm == "on",
+                            max_repairs=config.max_repairs,
+                            tool_call_format=precision.tool_call_format,
+                            constrained_retry=precision.constrained_retry,
+                            grounding=cell.domain in config.grounding_domains,
+                            events=events, log_level="warning")
+                        with ProxyHost(settings) as proxy_url:
+                            llm_args = {"api_base": proxy_url, "api_key": "reflexguard",
+                                        "temperature": 0.0, "num_retries": 0,
+                                        "max_tokens": 512, "timeout": 900}
+                            specs = _specs(config, precision, cell, arm, options,
+                                           f"openai/{model_id}", llm_args)
+                            _run_specs(specs, options, done, store, progress,
+                                       events_reader(events))
+    progress.bar.close()
+    return store.load()
