@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import bench.tau2_setup  # noqa: F401
 from tau2.agent.llm_agent import LLMAgent, LLMSoloAgent
 from tau2.data_model.message import AssistantMessage, ToolMessage
 from tau2.data_model.tasks import RewardType, Task
@@ -22,6 +21,7 @@ from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.registry import registry
 from tau2.user.user_simulator import DummyUser, UserSimulator
 
+import bench.tau2_setup  # noqa: F401
 from bench.classify import env_channel
 from bench.records import Arm, Cell, EpisodeRecord, ProxyRecord, ToolCallRecord
 from bench.scripted_user import LABEL as SCRIPTED_LABEL

@@ -8,9 +8,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from bench.records import ENV_CHANNELS  # noqa: E402
+from bench.records import ENV_CHANNELS
 
 
 def success_curves(summary: dict[str, Any], path: Path, tag: str) -> None:

@@ -123,7 +123,8 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     else:
         lines += ["No reflexguard events: no model ran behind the proxy.", ""]
     lines += ["## Amplification (lower precision over reference, observe arm)", "",
-              "| cell | channel | ratio | Fisher p | Holm p | significant |", "|---|---|---|---|---|---|"]
+              "| cell | channel | ratio | Fisher p | Holm p | significant |",
+              "|---|---|---|---|---|---|"]
     for test in summary["damage_tests"]:
         lines.append(f"| {test['cell']} | {test['channel']} | {test['ratio']} | "
                      f"{test['p_value']} | {test['holm_p']} | {test['significant']} |")

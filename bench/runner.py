@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+from tau2.agent.llm_agent import LLMSoloAgent
+from tau2.data_model.tasks import Task
+from tau2.run import load_tasks
 from tqdm import tqdm
 
 import bench.tau2_setup  # noqa: F401
@@ -23,9 +27,6 @@ from bench.proxy_host import ProxyHost
 from bench.records import Arm, Cell, EpisodeRecord
 from bench.store import RecordStore
 from reflexguard.config import Settings
-from tau2.agent.llm_agent import LLMSoloAgent
-from tau2.data_model.tasks import Task
-from tau2.run import load_tasks
 
 TASK_SETS = {"mock": "mock", "retail": "retail", "telecom": "telecom", "airline": "airline"}
 
@@ -50,7 +51,7 @@ class RunOptions:
 
 
 def select_tasks(domain: str, count: int | None, ids: list[str] | None) -> list[Task]:
-    tasks = load_tasks(TASK_SETS[domain])
+    tasks: list[Task] = load_tasks(TASK_SETS[domain])
     if domain == "telecom":  # solo mode: only tasks with a ticket the agent can work from
         tasks = [t for t in tasks if LLMSoloAgent.check_valid_task(t)]
     if ids:
@@ -177,7 +178,9 @@ def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
                     for arm in options.arms:
                         events = events_dir / f"{cell.key.replace('/', '_')}-{arm}.jsonl"
                         settings = Settings(
-                            upstream=base_url, upstream_api_key=api_key, repair=arm == "on",
+                            upstream=base_url,
+                            upstream_api_key=SecretStr(api_key) if api_key else None,
+                            repair=arm == "on",
                             max_repairs=config.max_repairs,
                             tool_call_format=precision.tool_call_format,
                             constrained_retry=precision.constrained_retry,

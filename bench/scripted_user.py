@@ -13,8 +13,10 @@ from typing import Any
 
 from tau2.data_model.message import UserMessage
 from tau2.data_model.tasks import StructuredUserInstructions, Task
-from tau2.user.base import STOP, BaseUser, UserState
+from tau2.user.base import STOP as TAU2_STOP
+from tau2.user.base import BaseUser, UserState
 
+STOP: str = str(TAU2_STOP)
 LABEL = "scripted user (deterministic, written for reflexguard; not tau2's LLM user)"
 MAX_TURNS = 8
 MAX_REPEATS = 2
@@ -36,8 +38,8 @@ def facts_of(task: Task) -> tuple[str, str]:
     """(opening line, known facts) from the task's user scenario."""
     instructions = task.user_scenario.instructions
     if isinstance(instructions, StructuredUserInstructions):
-        known = first_person(instructions.known_info or "")
-        opening = first_person(instructions.reason_for_call)
+        known = first_person(str(instructions.known_info or ""))
+        opening = first_person(str(instructions.reason_for_call))
         return f"Hi. {opening} {known}".strip(), known or opening
     text = first_person(str(instructions))
     return f"Hi. {text}", text

@@ -68,7 +68,8 @@ def summarise(records: list[EpisodeRecord], max_errors: int) -> dict[str, Any]:
             reasons[record.termination_reason] += 1
         summary["termination"][cell][arm] = dict(reasons)
     summary.update(_comparisons(records, groups, cells, max_errors))
-    return _plain(summary)
+    plain: dict[str, Any] = _plain(summary)
+    return plain
 
 
 def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], list[

@@ -8,7 +8,7 @@ import sys
 # litellm otherwise spends ~10 s fetching a price map from the internet at import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from loguru import logger  # noqa: E402  (tau2 logs through loguru)
+from loguru import logger
 
 logger.remove()
 logger.add(sys.stderr, level=os.environ.get("REFLEXGUARD_TAU2_LOG_LEVEL", "ERROR"))

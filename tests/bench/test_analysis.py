@@ -1,0 +1,108 @@
+"""The bench's statistics, on hand-made records."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from bench import analysis
+from bench.classify import env_channel
+from bench.records import Cell, EpisodeRecord, ToolCallRecord
+
+CELL = Cell(model="m", family="f", precision="Q4", reference=True, domain="mock")
+
+
+def record(reward: float, errors: int, task: str = "t", arm: str = "off",
+           calls: list[ToolCallRecord] | None = None, infra: str | None = None) -> EpisodeRecord:
+    made = calls if calls is not None else [
+        ToolCallRecord(turn=i, name="x", error=True, channel="unknown_tool")
+        for i in range(errors)]
+    return EpisodeRecord(cell=CELL, arm=arm, task_id=task, trial=0, seed=1,  # type: ignore[arg-type]
+                         termination_reason="user_stop", reward=reward,
+                         infrastructure_error=infra, agent_turns=len(made), calls=made)
+
+
+def test_success_at_budget_is_reward_and_fewer_errors_than_k() -> None:
+    three = record(1.0, 3)
+    assert [analysis.succeeds_at(three, k) for k in (1, 3, 4, 10)] == [False, False, True, True]
+    assert not analysis.succeeds_at(record(0.0, 0), 10)
+    assert not analysis.succeeds_at(record(1.0, 0, infra="JSONDecodeError: x"), 10)
+
+
+def test_success_curve_counts_infrastructure_errors_as_failures() -> None:
+    records = [record(1.0, 0), record(1.0, 2), record(0.0, 0, infra="boom")]
+    curve = analysis.success_curve(records)
+    assert (curve[1].successes, curve[3].successes, curve[3].n) == (1, 2, 3)
+
+
+def test_wilson_matches_known_values() -> None:
+    rate = analysis.wilson(0, 10)
+    assert rate.low == 0 and math.isclose(rate.high, 0.2775, abs_tol=1e-4)
+    half = analysis.wilson(5, 10)
+    assert math.isclose(half.low, 0.2366, abs_tol=1e-4)
+    assert math.isclose(half.high, 0.7634, abs_tol=1e-4)
+
+
+def test_recovery_within_two_agent_turns() -> None:
+    calls = [ToolCallRecord(turn=0, name="a", error=True, channel="unknown_tool"),
+             ToolCallRecord(turn=2, name="b", error=False),
+             ToolCallRecord(turn=3, name="c", error=True, channel="domain_error"),
+             ToolCallRecord(turn=6, name="d", error=False)]
+    rate = analysis.recovery([record(0.0, 0, calls=calls)])
+    assert (rate.successes, rate.n) == (1, 2)
+
+
+def test_channel_rates_amplification_and_malformed_crashes() -> None:
+    ref = [record(1.0, 1, calls=[ToolCallRecord(turn=0, name="x", error=True,
+                                                channel="unknown_tool"),
+                                 ToolCallRecord(turn=1, name="y", error=False)])]
+    low = [record(0.0, 2, calls=[ToolCallRecord(turn=i, name="x", error=True,
+                                                channel="unknown_tool") for i in range(2)]),
+           record(0.0, 0, calls=[], infra="JSONDecodeError: Expecting value")]
+    ref_rates, low_rates = analysis.env_channel_rates(ref), analysis.env_channel_rates(low)
+    assert ref_rates.per_call("unknown_tool") == 0.5
+    assert low_rates.calls == 3 and low_rates.counts["malformed_args"] == 1
+    ratios = analysis.amplification(ref_rates, low_rates)
+    assert math.isclose(ratios["unknown_tool"] or 0, (2 / 3) / 0.5)
+    assert ratios["malformed_args"] == math.inf and ratios["domain_error"] is None
+
+
+def test_holm_is_monotone_and_bounded() -> None:
+    adjusted = analysis.holm({"a": 0.01, "b": 0.04, "c": 0.03})
+    assert adjusted == {"a": 0.03, "c": 0.06, "b": 0.06}
+    assert analysis.holm({"x": 0.9, "y": 0.8}) == {"y": 1.0, "x": 1.0}
+
+
+def test_fisher_detects_amplification_only_when_real() -> None:
+    assert analysis.fisher_greater(40, 100, 10, 100) < 0.001
+    assert analysis.fisher_greater(10, 100, 10, 100) > 0.5
+
+
+def test_name_overlap() -> None:
+    ref = Counter({"complete_task": 10, "delete_tasks": 5, "task_2": 1})
+    low = Counter({"complete_task": 20, "delete_tasks": 9, "task_2": 3, "items": 1})
+    overlap = analysis.name_overlap(ref, low)
+    assert overlap.spearman is not None and overlap.spearman > 0.7
+    assert (overlap.lower_new, overlap.lower_total) == (1, 33)
+    assert analysis.name_overlap(Counter({"a": 1}), Counter()).spearman is None
+
+
+def test_paired_repair_effect() -> None:
+    off = [record(1.0, 3, task=f"t{i}") for i in range(4)]
+    on = [record(1.0, 0, task=f"t{i}", arm="on") for i in range(4)]
+    effect = analysis.repair_effect(on, off, budget=2)
+    assert effect is not None and effect.difference == 1.0 and effect.pairs == 4
+    assert effect.low == 1.0 and effect.high == 1.0
+    assert analysis.repair_effect(on, [], budget=2) is None
+
+
+def test_env_channel_classification() -> None:
+    users = frozenset({"toggle_airplane_mode"})
+    assert env_channel("Error: Tool 'x' not found.", "x", users) == "unknown_tool"
+    assert env_channel("Error: Tool 'toggle_airplane_mode' not found.",
+                       "toggle_airplane_mode", users) == "wrong_side_tool"
+    assert env_channel("Error: f() missing 1 required positional argument: 'a'", "f",
+                       users) == "argument_error"
+    assert env_channel("Error: f() got an unexpected keyword argument 'b'", "f",
+                       users) == "argument_error"
+    assert env_channel("Error: Order not found", "f", users) == "domain_error"
