@@ -140,7 +140,8 @@ async def run_ladder(
         return LadderResult(attempts, "observed")
     if len(first.replies) != 1:
         return LadderResult(attempts, "not_repaired", ["multiple_choices_not_repaired"])
-    if first.reply.finish_reason == "length":
+    truncated = first.reply.finish_reason == "length"
+    if truncated and policy.constrained == "off":
         # A reply cut off at max_tokens would be cut off again: re-asking only costs time.
         return LadderResult(attempts, "not_repaired", ["truncated_reply_not_repaired"])
 
@@ -156,9 +157,13 @@ async def run_ladder(
     if latest.valid:
         return LadderResult(attempts, "fixed_by_fix")
     repairs = min(policy.max_repairs, MAX_REPAIRS_CEILING)
+    fallbacks: list[str] = []
+    if truncated and repairs > 0:
+        # A free re-ask would run into max_tokens again; one constrained call is short.
+        repairs = 1
+        fallbacks.append("truncated_reply_constrained_only")
     if repairs <= 0:
         return LadderResult(attempts, "exhausted", ["exhausted"])
-    fallbacks: list[str] = []
     failed_calls = 0
 
     async def reask() -> Attempt:

@@ -145,6 +145,19 @@ async def test_truncated_reply_is_not_re_asked(fake, proxy):
     assert 'reflexguard_fallbacks_total{kind="truncated_reply_not_repaired"} 1.0' in metrics
 
 
+async def test_truncated_reply_gets_one_constrained_attempt_only(fake, proxy):
+    upstream, _ = fake
+    cut = tool_call_completion("get_order_details", '{"order_id": "#W12')
+    cut["choices"][0]["finish_reason"] = "length"
+    upstream.script = [Scripted(cut), invalid()]
+    client = await proxy(max_repairs=3, constrained_retry="tool_choice")
+    _, _, headers = await post(client, chat_body())
+    assert upstream.calls == 2 and headers["x-reflexguard-attempts"] == "2"
+    assert upstream.requests[1]["tool_choice"]["function"]["name"] == "get_order_details"
+    metrics = await (await client.get("/metrics")).text()
+    assert 'kind="truncated_reply_constrained_only"} 1.0' in metrics
+
+
 async def test_deterministic_fix_costs_no_upstream_call(fake, proxy):
     upstream, _ = fake
     upstream.script = [Scripted(tool_call_completion(
