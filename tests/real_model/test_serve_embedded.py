@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import openai
 import pytest
@@ -73,5 +74,13 @@ def test_openai_client_gets_a_real_tool_call_through_the_embedded_default() -> N
         process.wait(30)
     assert process.returncode == 0
     for pid in child:
-        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[
-            2] == "Z", "the model server outlived reflexguard"
+        assert not is_running(pid), "the model server outlived reflexguard"
+
+
+def is_running(pid: int) -> bool:
+    """Alive and not a zombie awaiting its parent."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
