@@ -21,7 +21,6 @@ from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.registry import registry
 from tau2.user.user_simulator import DummyUser, UserSimulator
 
-import bench.tau2_setup  # noqa: F401
 from bench.classify import env_channel
 from bench.records import Arm, Cell, EpisodeRecord, ProxyRecord, ToolCallRecord
 from bench.scripted_user import LABEL as SCRIPTED_LABEL

@@ -20,7 +20,6 @@ from tau2.data_model.tasks import Task
 from tau2.run import load_tasks
 from tqdm import tqdm
 
-import bench.tau2_setup  # noqa: F401
 from bench.cells import CellsConfig, Precision
 from bench.episode import EpisodeSpec, UserKind, run_episode
 from bench.proxy_host import ProxyHost

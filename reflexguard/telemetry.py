@@ -24,6 +24,7 @@ from reflexguard.guard import Attempt
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                    10, 30, 60, 120, 300)
 SESSION_CAPACITY = 10_000
+MODEL_LABELS = 64  # request-supplied model names must not grow the label set without bound
 
 
 def configure_logging(level: str) -> None:
@@ -86,6 +87,7 @@ class Telemetry:
             buckets=LATENCY_BUCKETS, registry=self.registry,
         )
         self.sessions = SessionCounts()
+        self._models: set[str] = set()
         self.log = structlog.get_logger("reflexguard")
         self._events: IO[bytes] | None = None
         if events_path is not None:
@@ -114,8 +116,9 @@ class Telemetry:
             for verdict in attempt.verdicts for v in verdict.calls
         ]
         if attempt.kind != "fix":
+            label = self._model_label(model)
             for call in calls:
-                self.tool_calls.labels(call["channel"], model).inc()
+                self.tool_calls.labels(call["channel"], label).inc()
                 channel = str(call["channel"])
                 if session and channel != Channel.OK:
                     self.sessions.add(session, channel)
@@ -128,6 +131,14 @@ class Telemetry:
             toolset=toolset_hash, latency_ms=round(attempt.upstream_seconds * 1000, 3),
             stream=stream,
         )
+
+    def _model_label(self, model: str) -> str:
+        if model in self._models:
+            return model
+        if len(self._models) < MODEL_LABELS:
+            self._models.add(model)
+            return model
+        return "other"
 
     def outcome(self, outcome: str, fallbacks: list[str], request_id: str,
                 session: str | None) -> None:

@@ -92,7 +92,6 @@ def test_cli_mistakes_are_one_line(tmp_path: Path) -> None:
 def test_scripted_user_is_deterministic() -> None:
     from tau2.run import load_tasks
 
-    import bench.tau2_setup  # noqa: F401
 
     task = load_tasks("retail")[0]
     user = ScriptedUser(task)
