@@ -18,16 +18,18 @@ def success_curves(summary: dict[str, Any], path: Path, tag: str) -> None:
     fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(4.2 * max(1, len(cells)), 3.6),
                              squeeze=False)
     for ax, cell in zip(axes[0], cells, strict=False):
-        for arm, style in (("off", "--"), ("on", "-")):
+        for arm, style, marker, shift in (("off", "--", "o", -0.08), ("on", "-", "s", 0.08)):
             curve = summary["success_at_k"][cell].get(arm)
             if not curve:
                 continue
             ks = sorted(int(k) for k in curve)
+            xs = [k + shift for k in ks]  # equal curves stay visible side by side
             rates = [curve[str(k)]["rate"] or 0 for k in ks]
             lows = [curve[str(k)]["low"] or 0 for k in ks]
             highs = [curve[str(k)]["high"] or 0 for k in ks]
-            ax.plot(ks, rates, style, marker="o", label=f"repair {arm}")
-            ax.fill_between(ks, lows, highs, alpha=0.15)
+            ax.plot(xs, rates, style, marker=marker, markerfacecolor="none" if arm == "off"
+                    else None, label=f"repair {arm}")
+            ax.fill_between(xs, lows, highs, alpha=0.12)
         ax.set_title(cell, fontsize=8)
         ax.set_xlabel("error budget K")
         ax.set_ylim(-0.02, 1.02)
