@@ -11,15 +11,18 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic import ValidationError
+
+from reflexguard.cli import OneLineParser
 
 RETAIL_SUBSET = 5
 SIMULATED_CHANNELS = ("unknown_tool", "argument_error")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    p = OneLineParser(prog="python -m bench.compare", description=__doc__)
     p.add_argument("--repair", choices=["on", "off", "both"], default="both")
     p.add_argument("--cells", type=Path, help="cells.yaml (default: the embedded model)")
     p.add_argument("--domains", nargs="+", default=["mock"],
@@ -40,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"bench.compare: error: {message}", file=sys.stderr)
     sys.exit(2)
 

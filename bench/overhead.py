@@ -123,7 +123,7 @@ def validation_micro() -> tuple[float, float]:
     from reflexguard.validate import validate_reply
 
     cache = ToolSetCache()
-    rules = read_request(REQUEST_BYTES, cache, GroundingPolicy(), {}).rules
+    rules = read_request(REQUEST_BYTES, cache, GroundingPolicy()).rules
     assert rules is not None
     reply = reply_of(ANSWER["choices"][0])  # type: ignore[index]
     arguments = reply.tool_calls[0].arguments

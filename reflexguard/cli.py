@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -15,6 +15,13 @@ EXIT_USAGE = 2
 
 class CliError(Exception):
     """A user mistake: printed as one line, exit status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (`--help` still shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _serve_parser(commands: Any) -> None:
@@ -45,7 +52,7 @@ def _model_parser(commands: Any) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="reflexguard", description=__doc__)
+    root = OneLineParser(prog="reflexguard", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _model_parser(commands)

@@ -6,6 +6,7 @@ named by --config (or REFLEXGUARD_CONFIG), then the defaults below.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -59,6 +60,15 @@ class Settings(BaseSettings):
     def _on_off(cls, value: Any) -> Any:
         if isinstance(value, str) and value.lower() in ("on", "off"):
             return value.lower() == "on"
+        return value
+
+    @field_validator("grounding_pattern")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
         return value
 
     @field_validator("upstream")

@@ -21,8 +21,9 @@ from reflexguard.validate import CallRules
 
 @dataclass(frozen=True)
 class GroundingPolicy:
-    enabled: bool = False
-    pattern: str = ""
+    """When set, identifier-like arguments must be grounded in the conversation."""
+
+    pattern: re.Pattern[str] | None = None  # None: the ungrounded_entity check is off
     include_system: bool = False
 
 
@@ -62,10 +63,7 @@ def _check_messages(body: JsonObject) -> None:
             )
 
 
-def read_request(
-    raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
-    pattern_cache: dict[str, re.Pattern[str]],
-) -> ChatRequest:
+def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy) -> ChatRequest:
     body = parse_body(raw)
     _check_messages(body)
     model = body.get("model") if isinstance(body.get("model"), str) else ""
@@ -87,14 +85,12 @@ def read_request(
         tool_choice=ToolChoice.parse(body.get("tool_choice")),
         parallel_tool_calls=parallel,
     )
-    if grounding.enabled:
-        if grounding.pattern not in pattern_cache:
-            pattern_cache[grounding.pattern] = re.compile(grounding.pattern)
+    if grounding.pattern is not None:
         rules = CallRules(
             toolset=toolset,
             tool_choice=rules.tool_choice,
             parallel_tool_calls=parallel,
             grounding=collect_sources(body["messages"], grounding.include_system),
-            identifier_pattern=pattern_cache[grounding.pattern],
+            identifier_pattern=grounding.pattern,
         )
     return ChatRequest(body, str(model), stream, rules)

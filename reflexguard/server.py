@@ -48,10 +48,8 @@ class Guard:
         self.upstream = upstream
         self.telemetry = telemetry
         self.toolsets = ToolSetCache()
-        self.patterns: dict[str, re.Pattern[str]] = {}
         self.grounding = GroundingPolicy(
-            enabled=settings.grounding,
-            pattern=settings.grounding_pattern,
+            pattern=re.compile(settings.grounding_pattern) if settings.grounding else None,
             include_system=settings.grounding_include_system,
         )
         self.policy = GuardPolicy(
@@ -76,7 +74,7 @@ class Guard:
             return json_error(413, f"request body exceeds {self.settings.max_body_bytes} bytes",
                               code="request_too_large")
         try:
-            chat = read_request(raw, self.toolsets, self.grounding, self.patterns)
+            chat = read_request(raw, self.toolsets, self.grounding)
         except BadRequest as exc:
             return web.Response(status=exc.status, body=exc.body(), content_type=JSON)
         headers = self.upstream.headers(request.headers)

@@ -43,6 +43,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     (["serve", "--upstream", "http://127.0.0.1:1/v1", "--max-repairs", "99"], "max_repairs"),
     (["serve", "--upstream", "http://127.0.0.1:1/v1", "--config", "/nonexistent.yaml"],
      "config file not found"),
+    (["serve", "--upstream", "http://127.0.0.1:1/v1", "--repair", "maybe"], "invalid choice"),
 ])
 def test_cli_mistakes_are_one_line(args: list[str], fragment: str) -> None:
     result = run_cli(*args)

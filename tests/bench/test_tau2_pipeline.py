@@ -74,6 +74,7 @@ def test_cli_mistakes_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "episodes.jsonl").write_text("")
     cases = [
         ["--tasks", "0"],
+        ["--domains", "nowhere"],
         ["--cells", str(tmp_path / "missing.yaml")],
         ["--simulated-agent", "nonsense"],
         ["--simulated-agent", "unknown_tool", "--out", str(tmp_path)],
