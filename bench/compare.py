@@ -22,7 +22,7 @@ SIMULATED_CHANNELS = ("unknown_tool", "argument_error")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m bench.compare", description=__doc__)
+    p = OneLineParser(prog="bench.compare", description=__doc__)
     p.add_argument("--repair", choices=["on", "off", "both"], default="both")
     p.add_argument("--cells", type=Path, help="cells.yaml (default: the embedded model)")
     p.add_argument("--domains", nargs="+", default=["mock"],
