@@ -94,6 +94,7 @@ class FakeUpstream:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         return app
 

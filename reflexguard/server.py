@@ -94,9 +94,13 @@ class Guard:
         return await self._pass(request, "models", None, self.upstream.headers(request.headers))
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
+        """Any other /v1 route (completions, embeddings, ...), streamed if asked to be."""
         body = await request.read() if request.can_read_body else None
         path = request.match_info["tail"]
-        return await self._pass(request, path, body, self.upstream.headers(request.headers))
+        headers = self.upstream.headers(request.headers)
+        if body and b'"stream"' in body and _wants_stream(body):
+            return await byte_stream(self, request, body, headers, path)
+        return await self._pass(request, path, body, headers)
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "upstream": self.upstream.base_url,
@@ -127,6 +131,14 @@ class Guard:
     async def _pass_stream(self, request: web.Request, raw: bytes,
                            headers: dict[str, str]) -> web.StreamResponse:
         return await byte_stream(self, request, raw, headers)
+
+
+def _wants_stream(body: bytes) -> bool:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("stream") is True
 
 
 GUARD_KEY: web.AppKey[Guard] = web.AppKey("guard", Guard)

@@ -28,11 +28,11 @@ EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"
 STREAM_FAULTS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
-async def byte_stream(guard: Guard, request: web.Request, raw: bytes,
-                      headers: dict[str, str]) -> web.StreamResponse:
-    """A stream without tools: the upstream's bytes, untouched."""
+async def byte_stream(guard: Guard, request: web.Request, raw: bytes, headers: dict[str, str],
+                      path: str = "chat/completions") -> web.StreamResponse:
+    """A stream reflexguard does not guard: the upstream's bytes, untouched."""
     try:
-        async with guard.upstream.stream("chat/completions", raw, headers) as upstream:
+        async with guard.upstream.stream(path, raw, headers) as upstream:
             response = web.StreamResponse(
                 status=upstream.status,
                 headers={"Content-Type": upstream.headers.get("Content-Type", "text/event-stream"),
@@ -43,7 +43,7 @@ async def byte_stream(guard: Guard, request: web.Request, raw: bytes,
                 async for data in upstream.content.iter_any():
                     await response.write(data)
             except STREAM_FAULTS:
-                guard.telemetry.fallback("upstream_stream_cut", path="chat/completions")
+                guard.telemetry.fallback("upstream_stream_cut", path=path)
                 await response.write(error_event("upstream stream was cut off"))
             await response.write_eof()
             return response

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bench.fake_upstream import Scripted
+from bench.fake_upstream import Scripted, text_completion
 from reflexguard.config import Settings
 from reflexguard.server import build_app
 from tests.conftest import TOOLS, chat_body
@@ -136,6 +136,17 @@ async def test_models_and_other_routes_pass_through(fake, proxy):
     assert models["data"][0]["id"] == "fake-upstream"
     health = await client.get("/healthz")
     assert (await health.json())["status"] == "ok"
+
+
+async def test_other_routes_stream_through(fake, proxy):
+    upstream, _ = fake
+    upstream.default = Scripted(text_completion("streamed words"))
+    client = await proxy()
+    response = await client.post("/v1/completions", json={"prompt": "x", "stream": True,
+                                                         "messages": []})
+    text = await response.text()
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    assert text.rstrip().endswith("data: [DONE]") and "streamed" in text
 
 
 async def test_server_survives_a_burst_of_garbage(fake, proxy):

@@ -278,3 +278,19 @@ async def test_authorization_is_forwarded_but_never_logged(fake, proxy, tmp_path
     assert "secret" not in logged
     assert upstream.headers[0]["Authorization"] == "Bearer sk-upstream-secret"
     assert len(logged) > 0
+
+
+async def test_ungrounded_identifier_is_caught_and_repaired(fake, proxy):
+    upstream, _ = fake
+    upstream.script = [
+        Scripted(tool_call_completion("get_order_details",
+                                      {"order_id": "#W0000000", "detail": "full"})),
+        valid(),
+    ]
+    client = await proxy(grounding=True)
+    _, answer, headers = await post(client, chat_body())
+    assert headers["x-reflexguard-violations"] == "1" and upstream.calls == 2
+    feedback = upstream.requests[1]["messages"][-1]["content"]
+    assert "#W0000000" in feedback and "Do not invent identifiers" in feedback
+    arguments = answer["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(arguments)["order_id"] == "#W1234567"

@@ -133,3 +133,27 @@ async def test_content_format_stream_is_lifted(fake, proxy):
         model="m", messages=body["messages"], tools=body["tools"], stream=True))
     assert text == "" and calls[0]["name"] == "cancel_order"
     assert finishes[-1] == "tool_calls"
+
+
+async def test_stream_exhausted_with_error_policy_ends_with_an_error_event(fake, proxy):
+    upstream, _ = fake
+    upstream.default = Scripted(tool_call_completion("get_order_detail", GOOD))
+    proxy_client = await proxy(max_repairs=1, on_exhausted="error")
+    response = await proxy_client.post("/v1/chat/completions", json=chat_body(stream=True))
+    text = await response.text()
+    assert upstream.calls == 2
+    assert "tool_call_repair_exhausted" in text and "[DONE]" not in text
+    assert "get_order_detail" not in text  # the invalid call never reaches the agent
+
+
+async def test_stream_empty_reply_is_repaired_into_a_call(fake, proxy):
+    upstream, _ = fake
+    upstream.script = [Scripted(text_completion("")),
+                       Scripted(tool_call_completion("cancel_order", {"order_id": "#W1"}))]
+    proxy_client = await proxy()
+    body = chat_body()
+    text, calls, finishes = await collect(await client_for(proxy_client).chat.completions.create(
+        model="m", messages=body["messages"], tools=body["tools"], stream=True))
+    assert calls[0]["name"] == "cancel_order" and finishes[-1] == "tool_calls"
+    assert text == ""  # the repair prompt's answer carries no prose to the agent
+    assert upstream.requests[1]["messages"][-1]["role"] == "user"
