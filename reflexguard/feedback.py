@@ -8,6 +8,7 @@ smuggle instructions or special tokens into the repair prompt.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rapidfuzz import fuzz, process
 
@@ -53,10 +54,41 @@ def _names_line(names: list[str]) -> str:
     return "Available tools: " + ", ".join(shown) + more + "."
 
 
-def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]) -> str:
+SIGNATURE_LIMIT = 400
+
+
+def _type_of(schema: object) -> str:
+    if not isinstance(schema, dict):
+        return "any"
+    if isinstance(schema.get("enum"), list):
+        return "|".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"][:8])
+    kind = schema.get("type")
+    if kind == "array":
+        return f"array of {_type_of(schema.get('items'))}"
+    return kind if isinstance(kind, str) else "any"
+
+
+def signature(name: str, parameters: dict[str, Any]) -> str:
+    """A compact, readable signature: `cancel(order_id: string, reason: "a"|"b"?)`."""
+    properties = parameters.get("properties")
+    required = parameters.get("required")
+    required_names = set(required) if isinstance(required, list) else set()
+    parts = []
+    if isinstance(properties, dict):
+        for prop, schema in properties.items():
+            optional = "" if prop in required_names else "?"
+            parts.append(f"{prop}{optional}: {_type_of(schema)}")
+    text = f"{name}({', '.join(parts)})"
+    return text if len(text) <= SIGNATURE_LIMIT else text[:SIGNATURE_LIMIT] + "…)"
+
+
+def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str],
+                        parameters: dict[str, Any] | None = None) -> str:
     """The content of the tool message answering one failed call."""
     name = quote(verdict.name or "")
     channel = verdict.channel
+    expected = (f" Its parameters: {signature(verdict.name or '', parameters)} "
+                "(? marks optional)." if parameters is not None else "")
     if channel is Channel.OK:
         return NOT_EXECUTED
     if channel is Channel.UNKNOWN_TOOL:
@@ -68,12 +100,12 @@ def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]
     if channel is Channel.MALFORMED_ARGS:
         return (
             f"Error: the arguments of {name} are not one valid JSON object: "
-            f"{verdict.detail}. You sent {quote(arguments)}. {FIX_INSTRUCTION}"
+            f"{verdict.detail}. You sent {quote(arguments)}.{expected} {FIX_INSTRUCTION}"
         )
     if channel is Channel.SCHEMA_VIOLATION:
         return (
             f"Error: the arguments of {name} do not match its parameters: "
-            f"{verdict.detail}. {FIX_INSTRUCTION}"
+            f"{verdict.detail}.{expected} {FIX_INSTRUCTION}"
         )
     if channel is Channel.UNGROUNDED_ENTITY:
         return (

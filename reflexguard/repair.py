@@ -44,13 +44,10 @@ def repair_messages(
         feedback: list[JsonObject] = []
         for index, call in enumerate(reply.tool_calls):
             call_verdict = by_index[index]
-            feedback.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call.id,
-                    "content": describe_call_error(call_verdict, call.arguments, offered),
-                }
-            )
+            spec = toolset.get(call.name)
+            content = describe_call_error(call_verdict, call.arguments, offered,
+                                          spec.parameters if spec else None)
+            feedback.append({"role": "tool", "tool_call_id": call.id, "content": content})
         return [*messages, message_of(shown), *feedback]
     assistant = {"role": "assistant", "content": reply.content or ""}
     instruction = {"role": "user", "content": describe_reply_error(list(verdict.calls), offered)}

@@ -44,6 +44,7 @@ def test_one_tool_message_per_call_in_order() -> None:
     assert (first["tool_call_id"], second["tool_call_id"]) == ("g", "b")
     assert first["content"].startswith("Not executed")
     assert "detail" in second["content"] and "required" in second["content"]
+    assert 'get_order_details(order_id: string, detail: "brief"|"full")' in second["content"]
 
 
 def test_unknown_tool_lists_closest_names_first() -> None:
