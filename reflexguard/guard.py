@@ -14,6 +14,7 @@ from typing import Literal
 
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt
 
+from reflexguard.channels import Channel
 from reflexguard.completion import choices_of, lift_text_calls, reply_of, sum_usage, with_reply
 from reflexguard.fixes import FixPolicy, apply_fixes
 from reflexguard.model import JsonObject, Reply, Verdict
@@ -95,6 +96,12 @@ Send = Callable[[JsonObject], Awaitable[JsonObject]]
 OnAttempt = Callable[[Attempt], None]
 
 
+def _only_ungrounded(verdict: Verdict) -> bool:
+    """An invented identifier is fixed by asking the user, which a forced call forbids."""
+    violations = verdict.violations
+    return bool(violations) and all(v.channel is Channel.UNGROUNDED_ENTITY for v in violations)
+
+
 def read_attempt(
     number: int, kind: AttemptKind, completion: JsonObject, rules: CallRules,
     lift: bool, seconds: float,
@@ -172,7 +179,7 @@ async def run_ladder(
         is_last = number == repairs + 1
         request = reask_body(body, latest.reply, latest.verdict, rules.toolset)
         kind: AttemptKind = "reask"
-        if is_last and policy.constrained != "off":
+        if is_last and policy.constrained != "off" and not _only_ungrounded(latest.verdict):
             request = constrain(request, policy.constrained, latest.reply, latest.verdict,
                                 rules.toolset)
             kind = "constrained"

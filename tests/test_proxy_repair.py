@@ -294,3 +294,15 @@ async def test_ungrounded_identifier_is_caught_and_repaired(fake, proxy):
     assert "#W0000000" in feedback and "Do not invent identifiers" in feedback
     arguments = answer["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(arguments)["order_id"] == "#W1234567"
+
+
+async def test_ungrounded_identifiers_are_never_forced_into_a_constrained_call(fake, proxy):
+    upstream, _ = fake
+    invented = Scripted(tool_call_completion("get_order_details",
+                                             {"order_id": "#W0000000", "detail": "full"}))
+    upstream.script = [invented, invented, Scripted(text_completion("What is your order id?"))]
+    client = await proxy(grounding=True, max_repairs=2, constrained_retry="tool_choice")
+    _, answer, _ = await post(client, chat_body())
+    assert upstream.calls == 3
+    assert all("tool_choice" not in r for r in upstream.requests)
+    assert answer["choices"][0]["message"]["content"] == "What is your order id?"
