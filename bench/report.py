@@ -1,6 +1,7 @@
 """`python -m bench.report runs/NAME`: (re)build the report from saved records alone.
 
-Writes `summary.json`, `report.md` and PNG plots next to `episodes.jsonl`.
+Writes `summary.json`, `report.md`, `report.html` and PNG plots next to
+`episodes.jsonl`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from markdown_it import MarkdownIt
 
 from bench.plots import draw_all
 from bench.records import ENV_CHANNELS, EpisodeRecord
@@ -170,8 +173,23 @@ def build_report(out: Path, max_errors: int = 10) -> dict[str, Any]:
     summary = summarise(records, max_errors)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plots = draw_all(summary, out)
-    (out / "report.md").write_text(render(summary, plots))
+    markdown = render(summary, plots)
+    (out / "report.md").write_text(markdown)
+    (out / "report.html").write_text(to_html(markdown, summary["simulated"]))
     return summary
+
+
+HTML_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;"
+              "line-height:1.45}table{border-collapse:collapse;font-size:.85em}"
+              "td,th{border:1px solid #ccc;padding:.25em .5em}img{max-width:100%}")
+
+
+def to_html(markdown: str, simulated: bool) -> str:
+    """The same report as one HTML page (markdown-it, tables on), images alongside."""
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    title = "reflexguard bench report" + (" (SIMULATED)" if simulated else "")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+            f"<style>{HTML_STYLE}</style></head><body>{body}</body></html>\n")
 
 
 def main() -> None:

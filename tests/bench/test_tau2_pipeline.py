@@ -43,6 +43,7 @@ def test_three_injected_errors_give_the_exact_success_curve(tmp_path: Path) -> N
     assert summary["hallucinated_names"][lower]["lower_counts"] == {"complete_task": 27}
     report = (tmp_path / "report.md").read_text()
     assert "SIMULATED" in report
+    assert "SIMULATED" in (tmp_path / "report.html").read_text()
     for plot in ("success_vs_k.png", "channel_rates.png", "hallucinated_names.png"):
         assert (tmp_path / plot).stat().st_size > 1000
 
