@@ -32,6 +32,8 @@ class Precision(BaseModel):
     label: str
     reference: bool = False
     embedded: str | None = None  # an embedded variant: Q4_K_M, Q3_K_S, Q2_K
+    # llama.cpp context for an embedded variant: telecom's solo prompt alone is ~10k tokens.
+    n_ctx: int = 16384
     endpoint: Endpoint | None = None
     # TEST ONLY: no model; the simulated agent replays gold actions with these errors.
     simulated_errors: list[str] | None = None

@@ -71,7 +71,7 @@ def upstream_for(precision: Precision) -> Iterator[tuple[str, str, str | None]]:
     from reflexguard.embedded.child import model_server
 
     assert precision.embedded is not None
-    with model_server(precision.embedded) as server:
+    with model_server(precision.embedded, n_ctx=precision.n_ctx) as server:
         yield server.base_url, f"embedded-{precision.embedded}", None
 
 
