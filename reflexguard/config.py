@@ -23,7 +23,7 @@ from reflexguard.grounding import DEFAULT_PATTERN
 from reflexguard.guard import MAX_REPAIRS_CEILING
 
 ToolCallFormat = Literal["openai", "content"]
-OnExhausted = Literal["passthrough", "error"]
+OnExhausted = Literal["passthrough", "original", "error"]
 Constrained = Literal["off", "tool_choice", "structured_outputs", "response_format"]
 
 

@@ -217,13 +217,22 @@ async def run_ladder(
     return LadderResult(attempts, "exhausted", [*fallbacks, "exhausted"], failed_calls)
 
 
-def agent_completion(result: LadderResult) -> JsonObject:
-    """What the agent receives: the final reply, with usage summed over every attempt.
+def returned_attempt(result: LadderResult, on_exhausted: str) -> Attempt:
+    """The attempt whose reply the agent gets: the final one, or after an exhausted ladder
+    with `on_exhausted: original`, the model's first answer (exactly what the agent would
+    have had without reflexguard)."""
+    if result.outcome == "exhausted" and on_exhausted == "original":
+        return result.attempts[0]
+    return result.final
+
+
+def agent_completion(result: LadderResult, final: Attempt | None = None) -> JsonObject:
+    """What the agent receives: the returned reply, with usage summed over every attempt.
 
     When a re-ask produced the calls, the model's prose is dropped: it answers our repair
     prompt, not the agent, and would leak the repair into the agent's history.
     """
-    final = result.final
+    final = final or result.final
     reply = final.reply
     if final.valid and final.number > 1 and reply.tool_calls:
         reply = Reply(content=None, tool_calls=reply.tool_calls, finish_reason="tool_calls")

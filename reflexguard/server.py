@@ -24,6 +24,7 @@ from reflexguard.guard import (
     LadderResult,
     agent_completion,
     read_attempt,
+    returned_attempt,
     run_ladder,
 )
 from reflexguard.request import ChatRequest, GroundingPolicy, read_request
@@ -207,10 +208,11 @@ class GuardedCall:
         failure = self.exhausted_error(result)
         if failure is not None:
             return web.Response(status=502, body=failure, content_type=JSON, headers=headers)
-        if len(result.attempts) == 1 and not first.changed:
+        returned = returned_attempt(result, self.guard.settings.on_exhausted)
+        if returned is first and not first.changed:
             body = answer.body  # the fast path: the upstream's own bytes, untouched
         else:
-            body = orjson.dumps(agent_completion(result))
+            body = orjson.dumps(agent_completion(result, returned))
         return web.Response(body=body, content_type=JSON, headers=headers)
 
 

@@ -16,7 +16,7 @@ import orjson
 from aiohttp import web
 
 from reflexguard.completion import choices_of, reply_of
-from reflexguard.guard import agent_completion, read_attempt
+from reflexguard.guard import agent_completion, read_attempt, returned_attempt
 from reflexguard.responses import upstream_error
 from reflexguard.streaming import StreamAssembler, error_event, reply_chunks, sse, text_chunk
 from reflexguard.upstream import UpstreamFailure
@@ -119,8 +119,8 @@ async def guarded_stream(call: GuardedCall, request: web.Request) -> web.StreamR
         await response.write(sse(failure))
         await response.write_eof()
         return response
-    final = result.final
-    outgoing = agent_completion(result)
+    final = returned_attempt(result, guard.settings.on_exhausted)
+    outgoing = agent_completion(result, final)
     choices = choices_of(outgoing)
     reply = reply_of(choices[0]) if choices else final.reply
     if final.number == 1:

@@ -306,3 +306,13 @@ async def test_ungrounded_identifiers_are_never_forced_into_a_constrained_call(f
     assert upstream.calls == 3
     assert all("tool_choice" not in r for r in upstream.requests)
     assert answer["choices"][0]["message"]["content"] == "What is your order id?"
+
+
+async def test_on_exhausted_original_returns_the_first_answer_byte_for_byte(fake, proxy):
+    upstream, _ = fake
+    upstream.script = [invalid(), Scripted(tool_call_completion("nope", "{}")),
+                       Scripted(tool_call_completion("nope_again", "{}"))]
+    client = await proxy(on_exhausted="original")
+    response = await client.post("/v1/chat/completions", json=chat_body())
+    assert upstream.calls == 3 and response.headers["x-reflexguard-attempts"] == "3"
+    assert json.loads(await response.read()) == tool_call_completion("get_order_detail", GOOD)
