@@ -96,6 +96,19 @@ def _bare_objects(content: str) -> tuple[list[TextCall], list[tuple[int, int]]]:
     return calls, spans
 
 
+def _name_only(text: str) -> str | None:
+    """A reply that is exactly `{"name": "..."}`: a call of a tool without arguments."""
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, dict) and set(value) == {"name"} and isinstance(value["name"], str):
+        return str(value["name"])
+    return None
+
+
 def _cut(content: str, spans: list[tuple[int, int]]) -> str:
     pieces: list[str] = []
     last = 0
@@ -124,6 +137,9 @@ def extract_calls(content: str | None) -> Extraction:
     if bare:
         return Extraction(tuple(bare), _cut(content, spans))
     stripped = content.strip()
+    bare_name = _name_only(stripped)
+    if bare_name is not None:
+        return Extraction((TextCall(name=bare_name, arguments="{}"),), "")
     if stripped.startswith("{") and NAME_FIELD.search(stripped):
         broken = _broken_call(stripped)
         if broken:

@@ -40,6 +40,12 @@ def test_broken_json_in_a_tag_is_still_a_call() -> None:
     assert found.calls[0].arguments.startswith('{"x": 1,')
 
 
+def test_a_reply_that_is_only_a_name_is_an_argumentless_call() -> None:
+    found = extract_calls('  {"name": "done"} ')
+    assert [(c.name, c.arguments) for c in found.calls] == [("done", "{}")]
+    assert extract_calls('My name is {"name": "Ann"} ok').calls == ()
+
+
 def test_objects_without_name_and_arguments_are_text() -> None:
     assert extract_calls('{"x": 1}').calls == ()
     assert extract_calls("no braces here").calls == ()
