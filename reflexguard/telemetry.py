@@ -32,10 +32,11 @@ def configure_logging(level: str) -> None:
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt=None, utc=True),  # epoch seconds: cheap
-            structlog.processors.JSONRenderer(serializer=lambda o, **_: orjson.dumps(o).decode()),
+            # orjson straight to bytes: structlog's documented fastest configuration.
+            structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.BytesLoggerFactory(sys.stderr.buffer),
         cache_logger_on_first_use=True,
     )
 
