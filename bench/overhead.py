@@ -23,14 +23,10 @@ from pathlib import Path
 import aiohttp
 
 from bench.workload import REQUEST_BYTES, TOOLS
+from reflexguard.loopback import free_port
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:

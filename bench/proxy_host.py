@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from types import TracebackType
 
 from aiohttp import web
 
 from reflexguard.config import Settings
+from reflexguard.loopback import free_port
 from reflexguard.server import build_app
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class ProxyHost:

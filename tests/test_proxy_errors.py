@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from bench.fake_upstream import Scripted, text_completion
 from reflexguard.config import Settings
+from reflexguard.loopback import free_port
 from reflexguard.server import build_app
 from tests.conftest import TOOLS, chat_body
 
@@ -66,11 +66,6 @@ async def test_oversized_body_is_413(fake, proxy):
     assert status == 413
     assert_openai_error(answer)
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_unreachable_upstream_is_502(proxy):

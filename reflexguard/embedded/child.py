@@ -8,7 +8,6 @@ is noticed and reported with the end of its log.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reflexguard.embedded import store
+from reflexguard.loopback import free_port
 
 HEALTH_TIMEOUT = 180.0
 
@@ -27,11 +27,6 @@ HEALTH_TIMEOUT = 180.0
 class ChildFailed(Exception):
     """The embedded model server could not start or stopped unexpectedly."""
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from reflexguard.loopback import free_port
+
 pytestmark = pytest.mark.real_model
 
 CANCEL = {"type": "function", "function": {
@@ -26,11 +27,6 @@ CANCEL = {"type": "function", "function": {
         "order_id": {"type": "string"},
         "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]}}}}}
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_healthy(port: int, process: subprocess.Popen[bytes], timeout: float = 180) -> None:
