@@ -106,3 +106,14 @@ def test_env_channel_classification() -> None:
     assert env_channel("Error: f() got an unexpected keyword argument 'b'", "f",
                        users) == "argument_error"
     assert env_channel("Error: Order not found", "f", users) == "domain_error"
+
+
+def test_the_documented_vllm_cells_file_is_valid() -> None:
+    from pathlib import Path
+
+    from bench.cells import load_cells
+
+    config = load_cells(Path(__file__).parents[2] / "docs" / "cells.vllm.yaml")
+    cells = config.cells(["retail", "telecom"])
+    assert len(cells) == 6 and sum(cell.reference for _, _, cell in cells) == 2
+    assert config.user.kind == "llm"
