@@ -74,8 +74,24 @@ def intended_tools(reply: Reply, verdict: Verdict, toolset: ToolSet) -> list[str
     return wanted
 
 
+MAX_EXACT_VARIANTS = 8
+
+
 def call_schema(toolset: ToolSet, names: list[str]) -> JsonObject:
-    """A JSON Schema whose instances are exactly the valid calls of `names`."""
+    """A JSON Schema whose instances are exactly the valid calls of `names`.
+
+    Past MAX_EXACT_VARIANTS tools only the name is constrained and the arguments are
+    validated afterwards: a grammar over dozens of full schemas took llama.cpp minutes
+    to decode under (tau2 telecom solo offers 44 tools).
+    """
+    if len(names) > MAX_EXACT_VARIANTS:
+        return {
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": names},
+                           "arguments": {"type": "object"}},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
     variants = [
         {
             "type": "object",
@@ -98,7 +114,7 @@ def constrain(
     if mode == "off" or not toolset.names:
         return body
     wanted = intended_tools(reply, verdict, toolset)
-    names = wanted[:1] if len(wanted) == 1 else toolset.names
+    names = wanted or toolset.names
     constrained = dict(body)
     if mode == "tool_choice":
         if len(names) == 1:

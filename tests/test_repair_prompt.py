@@ -87,3 +87,6 @@ def test_constrained_bodies() -> None:
     assert "tool_choice" not in body and "response_format" not in body
     both = call_schema(TOOLSET, TOOLSET.names)
     assert len(both["anyOf"]) == 2
+    many = call_schema(TOOLSET, [f"t{i}" for i in range(9)])
+    assert many["properties"]["name"]["enum"] == [f"t{i}" for i in range(9)]
+    assert many["properties"]["arguments"] == {"type": "object"}
