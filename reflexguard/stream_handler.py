@@ -45,6 +45,9 @@ async def byte_stream(guard: Guard, request: web.Request, raw: bytes, headers: d
             except STREAM_FAULTS:
                 guard.telemetry.fallback("upstream_stream_cut", path=path)
                 await response.write(error_event("upstream stream was cut off"))
+            except ConnectionResetError:
+                guard.telemetry.fallback("client_disconnected", path=path)
+                return response
             await response.write_eof()
             return response
     except UpstreamFailure as exc:
@@ -101,7 +104,13 @@ async def guarded_stream(call: GuardedCall, request: web.Request) -> web.StreamR
         async with guard.upstream.stream("chat/completions", call.raw, call.headers) as upstream:
             response = web.StreamResponse(status=200, headers=EVENT_STREAM)
             await response.prepare(request)
-            broken = await _read_upstream(call, upstream, assembler, response)
+            try:
+                broken = await _read_upstream(call, upstream, assembler, response)
+            except ConnectionResetError:
+                # The agent went away mid-stream: nothing to repair for, nobody to answer.
+                guard.telemetry.fallback("client_disconnected", request_id=call.request_id,
+                                         session=call.session)
+                return response
     except UpstreamFailure as exc:
         return upstream_error(exc)
     if broken is not None:
