@@ -18,7 +18,6 @@ from scipy import stats
 from bench.records import ENV_CHANNELS, EpisodeRecord
 
 ALPHA = 0.05
-BUDGETS = tuple(range(1, 11))
 RECOVERY_WINDOW = 2  # agent turns after a failed call in which a success counts
 
 

@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
+from bench.cells import DOMAINS, load_cells, simulated_cells
 from reflexguard.cli import OneLineParser
 
 RETAIL_SUBSET = 5
@@ -25,8 +26,7 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench.compare", description=__doc__)
     p.add_argument("--repair", choices=["on", "off", "both"], default="both")
     p.add_argument("--cells", type=Path, help="cells.yaml (default: the embedded model)")
-    p.add_argument("--domains", nargs="+", default=["mock"],
-                   choices=["mock", "retail", "telecom", "airline"])
+    p.add_argument("--domains", nargs="+", default=["mock"], choices=DOMAINS)
     p.add_argument("--retail-subset", action="store_true",
                    help=f"also run retail's first {RETAIL_SUBSET} tasks")
     tasks = p.add_mutually_exclusive_group()
@@ -63,7 +63,6 @@ def main(argv: list[str] | None = None) -> None:
     from reflexguard.telemetry import configure_logging
 
     configure_logging("warning")
-    from bench.cells import load_cells, simulated_cells
     from bench.report import build_report
     from bench.runner import BenchError, RunOptions, run
 

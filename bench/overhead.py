@@ -28,7 +28,6 @@ from reflexguard.loopback import free_port
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -75,18 +77,31 @@ def upstream_for(precision: Precision) -> Iterator[tuple[str, str, str | None]]:
         yield server.base_url, f"embedded-{precision.embedded}", None
 
 
-def events_reader(path: Path) -> Callable[[str], list[dict[str, Any]]]:
-    def read(session: str) -> list[dict[str, Any]]:
-        if not path.exists():
-            return []
-        events = []
-        for line in path.read_text().splitlines():
-            event = json.loads(line)
-            if event.get("session") == session:
-                events.append(event)
-        return events
+class EventsReader:
+    """reflexguard's events for one session, read incrementally from its JSONL file.
 
-    return read
+    Each episode asks once; only lines appended since the last call are parsed, so a long
+    run does not re-read the whole file per episode. Episodes may run in threads.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def __call__(self, session: str) -> list[dict[str, Any]]:
+        with self._lock:
+            if self.path.exists():
+                with self.path.open("rb") as handle:
+                    handle.seek(self._offset)
+                    data = handle.read()
+                complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+                self._offset += len(complete)
+                for line in complete.splitlines():
+                    event = json.loads(line)
+                    self._by_session[str(event.get("session"))].append(event)
+            return list(self._by_session.get(session, []))
 
 
 def _user_kind(domain: str, config: CellsConfig) -> UserKind:
@@ -192,6 +207,6 @@ def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
                             specs = _specs(config, precision, cell, arm, options,
                                            f"openai/{model_id}", llm_args)
                             _run_specs(specs, options, done, store, progress,
-                                       events_reader(events))
+                                       EventsReader(events))
     progress.bar.close()
     return store.load()

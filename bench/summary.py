@@ -91,15 +91,14 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
         pairs[key] = (ref_rates, low_rates)
         amplification[key] = {"reference": ref_key, "arm": observe, "ratios": {
             c: _finite(v) for c, v in analysis.amplification(ref_rates, low_rates).items()}}
-        overlap = analysis.name_overlap(analysis.hallucinated_names(groups[ref_key, observe]),
-                                        analysis.hallucinated_names(groups[key, observe]))
+        ref_names = analysis.hallucinated_names(groups[ref_key, observe])
+        low_names = analysis.hallucinated_names(groups[key, observe])
+        overlap = analysis.name_overlap(ref_names, low_names)
         names[key] = {"reference": ref_key, "spearman": _finite(overlap.spearman),
                       "p_value": _finite(overlap.p_value), "names": overlap.names,
                       "lower_hallucinations": overlap.lower_total,
                       "lower_new": overlap.lower_new, "share_new": _finite(overlap.share_new),
-                      "reference_counts": dict(analysis.hallucinated_names(
-                          groups[ref_key, observe])),
-                      "lower_counts": dict(analysis.hallucinated_names(groups[key, observe]))}
+                      "reference_counts": dict(ref_names), "lower_counts": dict(low_names)}
     tests = analysis.damage_tests(pairs) if pairs else []
     damaged = {key: any(t.significant for t in tests if t.cell == key) for key in pairs}
     effects: dict[str, Any] = defaultdict(dict)

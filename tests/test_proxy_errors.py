@@ -67,7 +67,6 @@ async def test_oversized_body_is_413(fake, proxy):
     assert_openai_error(answer)
 
 
-
 async def test_unreachable_upstream_is_502(proxy):
     client = await proxy(upstream=f"http://127.0.0.1:{free_port()}/v1")
     for stream in (False, True):

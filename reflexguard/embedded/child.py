@@ -28,7 +28,6 @@ class ChildFailed(Exception):
     """The embedded model server could not start or stopped unexpectedly."""
 
 
-
 @dataclass
 class ModelServer:
     process: subprocess.Popen[bytes]

@@ -117,3 +117,19 @@ def test_the_documented_vllm_cells_file_is_valid() -> None:
     cells = config.cells(["retail", "telecom"])
     assert len(cells) == 6 and sum(cell.reference for _, _, cell in cells) == 2
     assert config.user.kind == "llm"
+
+
+def test_events_reader_reads_only_new_complete_lines(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json as _json
+
+    from bench.runner import EventsReader
+
+    path = tmp_path / "events.jsonl"
+    reader = EventsReader(path)
+    assert reader("a") == []
+    path.write_text(_json.dumps({"session": "a", "n": 1}) + "\n" + '{"session": "b"')
+    assert reader("a") == [{"session": "a", "n": 1}] and reader("b") == []
+    with path.open("a") as handle:
+        handle.write(', "n": 2}\n' + _json.dumps({"session": "a", "n": 3}) + "\n")
+    assert reader("b") == [{"session": "b", "n": 2}]
+    assert [e["n"] for e in reader("a")] == [1, 3]

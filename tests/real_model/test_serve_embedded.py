@@ -28,7 +28,6 @@ CANCEL = {"type": "function", "function": {
         "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]}}}}}
 
 
-
 def wait_healthy(port: int, process: subprocess.Popen[bytes], timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
