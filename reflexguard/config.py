@@ -21,6 +21,7 @@ from pydantic_settings import (
 
 from reflexguard.grounding import DEFAULT_PATTERN
 from reflexguard.guard import MAX_REPAIRS_CEILING
+from reflexguard.limits import DEFAULT_MAX_JSON_DEPTH
 
 ToolCallFormat = Literal["openai", "content"]
 OnExhausted = Literal["passthrough", "original", "error"]
@@ -35,6 +36,8 @@ class Settings(BaseSettings):
     upstream_timeout: float = Field(600.0, gt=0, description="seconds per upstream request")
     upstream_connect_timeout: float = Field(10.0, gt=0)
     upstream_max_connections: int = Field(256, ge=1)
+    request_timeout: float = Field(
+        900.0, gt=0, description="seconds for one client request, every attempt included")
     tool_call_format: ToolCallFormat = "openai"
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
@@ -49,6 +52,9 @@ class Settings(BaseSettings):
     grounding_pattern: str = DEFAULT_PATTERN
     grounding_include_system: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(DEFAULT_MAX_JSON_DEPTH, ge=8, le=200)
+    admin_token: SecretStr | None = Field(
+        None, description="bearer token required by /metrics and /reflexguard/*")
     events: Path | None = Field(None, description="append one JSON line per attempt here")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     model_variant: str = "Q4_K_M"

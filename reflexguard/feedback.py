@@ -8,6 +8,7 @@ smuggle instructions or special tokens into the repair prompt.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rapidfuzz import fuzz, process
@@ -16,6 +17,11 @@ from reflexguard.channels import Channel
 from reflexguard.model import CallVerdict
 
 QUOTE_LIMIT = 200
+DETAIL_LIMIT = 600  # validator messages embed the offending value, which may be huge
+# Chat-template control sequences: `<|im_start|>`, `<tool_call>`, `<start_of_turn>`,
+# `</s>`, `<<SYS>>`, `[INST]`, `[TOOL_CALLS]`. A space after the opener keeps the text
+# readable while no tokenizer can read it as a special token any more. One linear pass.
+_MARKER = re.compile(r"<(?=[|/!A-Za-z<])|\|>|\[(?=/?[A-Z_]{2,}\])")
 NAMES_LISTED = 25
 FIX_INSTRUCTION = "Fix this and call the tool again with corrected arguments. Do not explain."
 NOT_EXECUTED = (
@@ -31,13 +37,17 @@ REPLY_LEVEL_INSTRUCTION = {
 }
 
 
-def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
-    """Model output made safe to repeat back to the model."""
+def defang(text: str, limit: int) -> str:
+    """Text from a model (or about one) made safe to put in a prompt: clipped, and with
+    chat-template markers broken up."""
     clipped = text if len(text) <= limit else text[:limit] + "…"
-    escaped = json.dumps(clipped, ensure_ascii=False)
-    for marker in ("<|", "|>", "<tool_call>", "</tool_call>"):
-        escaped = escaped.replace(marker, " ".join(marker))
-    return escaped
+    return _MARKER.sub(lambda m: m.group(0)[0] + " " + m.group(0)[1:], clipped)
+
+
+def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """Model output made safe to repeat back to the model: JSON-escaped and defanged."""
+    clipped = text if len(text) <= limit else text[:limit] + "…"
+    return defang(json.dumps(clipped, ensure_ascii=False), limit * 7)
 
 
 def closest_names(name: str, offered: list[str]) -> list[str]:
@@ -86,6 +96,7 @@ def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]
                         parameters: dict[str, Any] | None = None) -> str:
     """The content of the tool message answering one failed call."""
     name = quote(verdict.name or "")
+    detail = defang(verdict.detail, DETAIL_LIMIT)
     channel = verdict.channel
     expected = (f" Its parameters: {signature(verdict.name or '', parameters)} "
                 "(? marks optional)." if parameters is not None else "")
@@ -100,19 +111,19 @@ def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]
     if channel is Channel.MALFORMED_ARGS:
         return (
             f"Error: the arguments of {name} are not one valid JSON object: "
-            f"{verdict.detail}. You sent {quote(arguments)}.{expected} {FIX_INSTRUCTION}"
+            f"{detail}. You sent {quote(arguments)}.{expected} {FIX_INSTRUCTION}"
         )
     if channel is Channel.SCHEMA_VIOLATION:
         return (
             f"Error: the arguments of {name} do not match its parameters: "
-            f"{verdict.detail}.{expected} {FIX_INSTRUCTION}"
+            f"{detail}.{expected} {FIX_INSTRUCTION}"
         )
     if channel is Channel.UNGROUNDED_ENTITY:
         return (
-            f"Error: {verdict.detail}. Do not invent identifiers: use one the user gave "
+            f"Error: {detail}. Do not invent identifiers: use one the user gave "
             "or a tool returned, or ask the user for it."
         )
-    return f"Error: {verdict.detail}. {FIX_INSTRUCTION}"
+    return f"Error: {detail}. {FIX_INSTRUCTION}"
 
 
 def describe_reply_error(verdicts: list[CallVerdict], offered: list[str]) -> str:
@@ -120,5 +131,5 @@ def describe_reply_error(verdicts: list[CallVerdict], offered: list[str]) -> str
     channel = verdicts[0].channel if verdicts else Channel.EMPTY_REPLY
     instruction = REPLY_LEVEL_INSTRUCTION.get(channel, FIX_INSTRUCTION)
     if channel is Channel.CHOICE_VIOLATION and verdicts[0].detail:
-        instruction = f"Error: {verdicts[0].detail}. {instruction}"
+        instruction = f"Error: {defang(verdicts[0].detail, DETAIL_LIMIT)}. {instruction}"
     return f"{instruction} {_names_line(offered)}"

@@ -52,12 +52,20 @@ class CallVerdict(BaseModel):
     index: int | None = Field(default=None, description="position in tool_calls, if any")
     name: str | None = None
     detail: str = ""
+    # An internal event while classifying (the validator itself failed): counted as a
+    # fallback, never blamed on the model.
+    note: str | None = None
 
 
 class Verdict(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     calls: tuple[CallVerdict, ...] = ()
+    notes: tuple[str, ...] = ()  # reply-level internal events, e.g. a capped text scan
+
+    @property
+    def internal_events(self) -> tuple[str, ...]:
+        return self.notes + tuple(c.note for c in self.calls if c.note)
 
     @property
     def valid(self) -> bool:

@@ -13,22 +13,34 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from reflexguard.completion import message_of
-from reflexguard.feedback import closest_names, describe_call_error, describe_reply_error
+from reflexguard.feedback import (
+    QUOTE_LIMIT,
+    closest_names,
+    defang,
+    describe_call_error,
+    describe_reply_error,
+)
 from reflexguard.model import JsonObject, Reply, ToolCall, Verdict
 from reflexguard.toolset import ToolSet
 from reflexguard.validate import _Malformed, parse_arguments
 
 ConstrainedMode = Literal["off", "tool_choice", "structured_outputs", "response_format"]
 STREAM_ONLY_FIELDS = ("stream", "stream_options")
+ECHO_LIMIT = 4096  # echoed arguments past this are replaced by {} (the error says why)
 
 
 def _echoable(call: ToolCall) -> ToolCall:
-    """The call as it can be shown back: chat templates parse echoed arguments as JSON."""
+    """The call as it can be shown back: chat templates parse echoed arguments as JSON,
+    and may read template markers in them as special tokens. Defanging only inserts
+    spaces inside JSON strings (markers cannot occur elsewhere), so JSON stays JSON."""
+    name = defang(call.name, QUOTE_LIMIT)
+    if len(call.arguments) > ECHO_LIMIT:
+        return ToolCall(id=call.id, name=name, arguments="{}")
     try:
         parse_arguments(call.arguments)
     except _Malformed:
-        return ToolCall(id=call.id, name=call.name, arguments="{}")
-    return call
+        return ToolCall(id=call.id, name=name, arguments="{}")
+    return ToolCall(id=call.id, name=name, arguments=defang(call.arguments, ECHO_LIMIT))
 
 
 def repair_messages(
@@ -38,7 +50,7 @@ def repair_messages(
     offered = toolset.names
     if reply.tool_calls:
         # Content is "" rather than null: llama-cpp-python rejects null assistant content.
-        shown = Reply(content=reply.content or "",
+        shown = Reply(content=defang(reply.content or "", ECHO_LIMIT),
                       tool_calls=tuple(map(_echoable, reply.tool_calls)))
         by_index = {v.index: v for v in verdict.calls if v.index is not None}
         feedback: list[JsonObject] = []
@@ -49,7 +61,7 @@ def repair_messages(
                                           spec.parameters if spec else None)
             feedback.append({"role": "tool", "tool_call_id": call.id, "content": content})
         return [*messages, message_of(shown), *feedback]
-    assistant = {"role": "assistant", "content": reply.content or ""}
+    assistant = {"role": "assistant", "content": defang(reply.content or "", ECHO_LIMIT)}
     instruction = {"role": "user", "content": describe_reply_error(list(verdict.calls), offered)}
     return [*messages, assistant, instruction]
 

@@ -14,6 +14,12 @@ import orjson
 
 from reflexguard.errors import BadRequest
 from reflexguard.grounding import collect_sources
+from reflexguard.limits import (
+    DEFAULT_MAX_JSON_DEPTH,
+    depth_exceeds,
+    nesting_could_exceed,
+    safe_label,
+)
 from reflexguard.model import JsonObject, ToolChoice
 from reflexguard.toolset import InvalidTools, InvalidToolSchema, ToolSetCache
 from reflexguard.validate import CallRules
@@ -39,13 +45,16 @@ class ChatRequest:
         return self.rules is not None
 
 
-def parse_body(raw: bytes) -> JsonObject:
+def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonObject:
     try:
         body: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
+    if nesting_could_exceed(raw, max_depth) and depth_exceeds(body, max_depth):
+        raise BadRequest(f"request body nests deeper than {max_depth} levels",
+                         code="nesting_too_deep")
     return body
 
 
@@ -63,11 +72,16 @@ def _check_messages(body: JsonObject) -> None:
             )
 
 
-def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy) -> ChatRequest:
-    body = parse_body(raw)
+def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
+                 max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ChatRequest:
+    body = parse_body(raw, max_depth)
     _check_messages(body)
-    model = body.get("model") if isinstance(body.get("model"), str) else ""
-    stream = body.get("stream") is True
+    stream_flag = body.get("stream", False)
+    if not isinstance(stream_flag, bool) and stream_flag is not None:
+        raise BadRequest("'stream' must be a boolean", param="stream")
+    # The model name reaches metric labels, logs and events: bounded there, not upstream.
+    model = safe_label(body["model"]) if isinstance(body.get("model"), str) else ""
+    stream = stream_flag is True
     tools = body.get("tools")
     if tools is None or tools == []:
         return ChatRequest(body, str(model), stream, None)

@@ -7,6 +7,8 @@ OpenAI-format errors here, at the boundary, and never reach the client as traceb
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import re
 import time
 import uuid
@@ -27,16 +29,25 @@ from reflexguard.guard import (
     returned_attempt,
     run_ladder,
 )
+from reflexguard.limits import safe_label
 from reflexguard.request import ChatRequest, GroundingPolicy, read_request
 from reflexguard.responses import JSON, json_error, upstream_error
-from reflexguard.stream_handler import byte_stream, guarded_stream
+from reflexguard.stream_handler import (
+    STREAM_KEY,
+    byte_stream,
+    end_stream_with_error,
+    guarded_stream,
+)
 from reflexguard.telemetry import Telemetry
 from reflexguard.toolset import ToolSetCache
 from reflexguard.upstream import (
+    AnswerTooDeep,
     Upstream,
     UpstreamFailure,
+    UpstreamTimeout,
     parse_completion,
 )
+from reflexguard.urls import UnsafePath, passthrough_tail, redact
 
 UPSTREAM_KEY: web.AppKey[Upstream] = web.AppKey("upstream", Upstream)
 
@@ -70,14 +81,10 @@ class Guard:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return json_error(413, f"request body exceeds {self.settings.max_body_bytes} bytes",
-                              code="request_too_large")
-        try:
-            chat = read_request(raw, self.toolsets, self.grounding)
+            raw = await self._body(request)
+            chat = read_request(raw, self.toolsets, self.grounding, self.settings.max_json_depth)
         except BadRequest as exc:
-            return web.Response(status=exc.status, body=exc.body(), content_type=JSON)
+            return bad_request(exc)
         headers = self.upstream.headers(request.headers)
         if not chat.guarded:
             if chat.stream:
@@ -86,37 +93,80 @@ class Guard:
         session = request.headers.get("x-reflexguard-session")
         if session is None and isinstance(chat.body.get("user"), str):
             session = chat.body["user"]
-        call = GuardedCall(self, chat, raw, headers, session, started)
-        if chat.stream:
-            return await guarded_stream(call, request)
-        return await call.respond()
+        call = GuardedCall(self, chat, raw, headers,
+                           safe_label(session) if session is not None else None, started)
+        try:
+            if chat.stream:
+                return await guarded_stream(call, request)
+            return await call.respond()
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler when the client disconnects: the ladder stops.
+            self.telemetry.client_gone(request_id=call.request_id, session=call.session)
+            raise
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         return await self._pass(request, "models", None, self.upstream.headers(request.headers))
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Any other /v1 route (completions, embeddings, ...), streamed if asked to be."""
-        body = await request.read() if request.can_read_body else None
-        path = request.match_info["tail"]
+        try:
+            path = passthrough_tail(request.raw_path)
+        except UnsafePath as exc:
+            return json_error(400, str(exc), code="invalid_path")
+        if request.query_string:
+            path = f"{path}?{request.query_string}"
+        try:
+            body = await self._body(request) if request.can_read_body else None
+        except BadRequest as exc:
+            return bad_request(exc)
         headers = self.upstream.headers(request.headers)
         if body and b'"stream"' in body and _wants_stream(body):
             return await byte_stream(self, request, body, headers, path)
         return await self._pass(request, path, body, headers)
 
     async def healthz(self, _: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "upstream": self.upstream.base_url,
+        return web.json_response({"status": "ok", "upstream": redact(self.upstream.base_url),
                                   "repair": self.settings.repair})
 
-    async def metrics(self, _: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.Response:
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
         return web.Response(body=self.telemetry.metrics_text(),
                             headers={"Content-Type": "text/plain; version=0.0.4"})
 
     async def session(self, request: web.Request) -> web.Response:
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
         session = request.match_info["session"]
         counts = self.telemetry.sessions.get(session)
         if counts is None:
-            return json_error(404, f"no violations recorded for session {session!r}")
+            return json_error(404, f"no violations recorded for session {safe_label(session)!r}")
         return web.json_response({"session": session, "violations": counts})
+
+    async def _body(self, request: web.Request) -> bytes:
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise BadRequest(f"request body exceeds {self.settings.max_body_bytes} bytes",
+                             status=413, code="request_too_large") from None
+        except web.RequestPayloadError as exc:  # a gzip/deflate body that does not inflate
+            reason = str(exc).splitlines()[-1].strip() or "undecodable"
+            raise UndecodableBody(f"request body cannot be decoded: {reason}",
+                                  code="invalid_body_encoding") from None
+
+    def _denied(self, request: web.Request) -> web.Response | None:
+        """The admin routes' bearer check, when `admin_token` is set."""
+        token = self.settings.admin_token
+        if token is None:
+            return None
+        given = request.headers.get("Authorization", "").encode("utf-8", "replace")
+        expected = f"Bearer {token.get_secret_value()}".encode()
+        if hmac.compare_digest(given, expected):
+            return None
+        return json_error(401, "this route needs 'Authorization: Bearer <admin_token>'",
+                          code="unauthorized")
 
     # -- pass-through -----------------------------------------------------------------------
 
@@ -132,6 +182,19 @@ class Guard:
     async def _pass_stream(self, request: web.Request, raw: bytes,
                            headers: dict[str, str]) -> web.StreamResponse:
         return await byte_stream(self, request, raw, headers)
+
+
+class UndecodableBody(BadRequest):
+    """The body's Content-Encoding does not decode: the rest of it is unreadable too."""
+
+
+def bad_request(exc: BadRequest) -> web.Response:
+    response = web.Response(status=exc.status, body=exc.body(), content_type=JSON)
+    if isinstance(exc, UndecodableBody):
+        # Where this body ends is unknown, so the connection cannot carry another request;
+        # saying so lets clients reconnect instead of losing the requests queued behind.
+        response.force_close()
+    return response
 
 
 def _wants_stream(body: bytes) -> bool:
@@ -157,19 +220,27 @@ class GuardedCall:
         self.session = session
         self.started = started
         self.request_id = f"rg-{uuid.uuid4().hex[:16]}"
+        self.deadline = asyncio.get_running_loop().time() + guard.settings.request_timeout
         assert chat.rules is not None
         self.rules = chat.rules
 
     async def send(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.guard.upstream.completion(body, self.headers)
+        return await self.guard.upstream.completion(body, self.headers,
+                                                    self.guard.settings.max_json_depth)
 
     def on_attempt(self, attempt: Attempt) -> None:
         self.guard.telemetry.attempt(attempt, self.request_id, self.session, self.chat.model,
                                      self.rules.toolset.digest, self.chat.stream)
 
     async def ladder(self, first: Attempt) -> LadderResult:
-        result = await run_ladder(self.chat.body, first, self.rules, self.guard.policy,
-                                  self.send, self.on_attempt)
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                result = await run_ladder(self.chat.body, first, self.rules, self.guard.policy,
+                                          self.send, self.on_attempt)
+        except TimeoutError:
+            # The deadline fell during repair: the agent gets the model's first answer (what
+            # it would have had without reflexguard), or the exhausted error if so set.
+            result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id,
                                      self.session)
         return result
@@ -196,9 +267,16 @@ class GuardedCall:
     async def respond(self) -> web.Response:
         began = time.perf_counter()
         try:
-            answer = await self.guard.upstream.post_json("chat/completions", self.raw,
-                                                         self.headers)
-            completion = parse_completion(answer.body)
+            async with asyncio.timeout_at(self.deadline):
+                answer = await self.guard.upstream.post_json("chat/completions", self.raw,
+                                                             self.headers)
+            completion = parse_completion(answer.body, self.guard.settings.max_json_depth)
+        except TimeoutError:
+            return upstream_error(self.deadline_failure())
+        except AnswerTooDeep:
+            self.guard.telemetry.fallback("answer_too_deep_not_guarded",
+                                          request_id=self.request_id)
+            return web.Response(body=answer.body, content_type=JSON)
         except UpstreamFailure as exc:
             return upstream_error(exc)
         first = read_attempt(1, "initial", completion, self.rules,
@@ -209,11 +287,20 @@ class GuardedCall:
         if failure is not None:
             return web.Response(status=502, body=failure, content_type=JSON, headers=headers)
         returned = returned_attempt(result, self.guard.settings.on_exhausted)
-        if returned is first and not first.changed:
-            body = answer.body  # the fast path: the upstream's own bytes, untouched
-        else:
-            body = orjson.dumps(agent_completion(result, returned))
+        body = answer.body  # the fast path: the upstream's own bytes, untouched
+        if returned is not first or first.changed:
+            try:
+                body = orjson.dumps(agent_completion(result, returned))
+            except (TypeError, RecursionError):
+                # orjson writes 254 levels: an answer deeper than that goes out as it came.
+                self.guard.telemetry.fallback("unencodable_answer", request_id=self.request_id)
         return web.Response(body=body, content_type=JSON, headers=headers)
+
+    def deadline_failure(self) -> UpstreamTimeout:
+        self.guard.telemetry.fallback("request_deadline", request_id=self.request_id,
+                                      session=self.session)
+        return UpstreamTimeout(f"no answer within request_timeout "
+                               f"({self.guard.settings.request_timeout:g} s)")
 
 
 @web.middleware
@@ -227,6 +314,10 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
         return json_error(exc.status, exc.reason or "error")
     except Exception:
         request.app[GUARD_KEY].telemetry.log.exception("unhandled", path=request.path)
+        started: web.StreamResponse | None = request.get(STREAM_KEY)
+        if started is not None and started.prepared:
+            # Headers are gone: a second response would corrupt the chunked body.
+            return await end_stream_with_error(started, "internal error in reflexguard")
         return json_error(500, "internal error in reflexguard; see its log", code="internal")
 
 

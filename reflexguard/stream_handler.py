@@ -3,6 +3,12 @@
 Text deltas reach the client as they arrive; tool-call deltas are held until the choice
 finishes, validated, repaired with non-streamed requests if needed, and then written as
 well-formed chunks ending with `finish_reason` and `[DONE]`.
+
+Headers go out with the first byte worth sending, not before: a stream that fails or
+carries nothing usable before that still gets a proper JSON error status. Once headers
+are out, every failure becomes an error event and a clean end, never a second response.
+Writes to the client are the only place a client disconnect is read: `ClientGone` is
+not an aiohttp `ClientError`, so it can never be mistaken for an upstream fault.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from aiohttp import web
 
 from reflexguard.completion import choices_of, reply_of
 from reflexguard.guard import agent_completion, read_attempt, returned_attempt
-from reflexguard.responses import upstream_error
+from reflexguard.limits import depth_exceeds, nesting_could_exceed
+from reflexguard.responses import json_error, upstream_error
 from reflexguard.streaming import StreamAssembler, error_event, reply_chunks, sse, text_chunk
 from reflexguard.upstream import UpstreamFailure
 
@@ -26,6 +33,54 @@ if TYPE_CHECKING:
 
 EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 STREAM_FAULTS = (aiohttp.ClientError, asyncio.TimeoutError)
+# The prepared response, for the error middleware.
+STREAM_KEY: web.RequestKey[web.StreamResponse] = web.RequestKey("stream", web.StreamResponse)
+
+
+class ClientGone(Exception):
+    """The agent closed its connection while we were writing to it."""
+
+
+class ClientStream:
+    """The response to the agent, prepared on the first write."""
+
+    def __init__(self, request: web.Request, status: int = 200,
+                 headers: dict[str, str] | None = None) -> None:
+        self.request = request
+        self.response = web.StreamResponse(status=status, headers=headers or EVENT_STREAM)
+
+    @property
+    def started(self) -> bool:
+        return self.response.prepared
+
+    async def write(self, data: bytes) -> None:
+        try:
+            if not self.response.prepared:
+                self.request[STREAM_KEY] = self.response
+                await self.response.prepare(self.request)
+            await self.response.write(data)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one too
+            raise ClientGone from None
+
+    async def end(self) -> web.StreamResponse:
+        try:
+            if not self.response.prepared:
+                await self.write(b"")
+            await self.response.write_eof()
+        except ConnectionResetError:
+            raise ClientGone from None
+        return self.response
+
+
+async def end_stream_with_error(response: web.StreamResponse, message: str,
+                                code: str = "internal") -> web.StreamResponse:
+    """Close a started stream with an error event; the connection may already be gone."""
+    try:
+        await response.write(error_event(message, code))
+        await response.write_eof()
+    except ConnectionResetError:
+        pass
+    return response
 
 
 async def byte_stream(guard: Guard, request: web.Request, raw: bytes, headers: dict[str, str],
@@ -33,31 +88,32 @@ async def byte_stream(guard: Guard, request: web.Request, raw: bytes, headers: d
     """A stream reflexguard does not guard: the upstream's bytes, untouched."""
     try:
         async with guard.upstream.stream(path, raw, headers) as upstream:
-            response = web.StreamResponse(
-                status=upstream.status,
-                headers={"Content-Type": upstream.headers.get("Content-Type", "text/event-stream"),
-                         "Cache-Control": "no-cache"},
-            )
-            await response.prepare(request)
+            out = ClientStream(request, upstream.status, {
+                "Content-Type": upstream.headers.get("Content-Type", "text/event-stream"),
+                "Cache-Control": "no-cache"})
             try:
-                async for data in upstream.content.iter_any():
-                    await response.write(data)
-            except STREAM_FAULTS:
-                guard.telemetry.fallback("upstream_stream_cut", path=path)
-                await response.write(error_event("upstream stream was cut off"))
-            except ConnectionResetError:
-                guard.telemetry.fallback("client_disconnected", path=path)
-                return response
-            await response.write_eof()
-            return response
+                try:
+                    async for data in upstream.content.iter_any():
+                        await out.write(data)
+                except STREAM_FAULTS:
+                    guard.telemetry.fallback("upstream_stream_cut", path=path)
+                    if not out.started:
+                        return json_error(502, "upstream stream was cut off",
+                                          code="upstream_stream_error")
+                    await out.write(error_event("upstream stream was cut off"))
+                return await out.end()
+            except ClientGone:
+                guard.telemetry.client_gone(path=path)
+                return out.response
     except UpstreamFailure as exc:
         return upstream_error(exc)
 
 
 async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
-                         assembler: StreamAssembler, response: web.StreamResponse) -> str | None:
+                         assembler: StreamAssembler, out: ClientStream) -> str | None:
     """Feed the upstream's events to the assembler; the reason if the stream broke."""
     done = False
+    telemetry = call.guard.telemetry
     try:
         async for line in upstream.content:
             line = line.strip()
@@ -70,22 +126,27 @@ async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
             try:
                 chunk = orjson.loads(payload)
             except orjson.JSONDecodeError:
-                call.guard.telemetry.fallback("unparseable_stream_chunk",
-                                              request_id=call.request_id)
+                telemetry.fallback("unparseable_stream_chunk", request_id=call.request_id)
                 continue
             if not isinstance(chunk, dict):
+                telemetry.fallback("non_object_stream_chunk", request_id=call.request_id)
                 continue
+            depth = call.guard.settings.max_json_depth
+            if nesting_could_exceed(payload, depth) and depth_exceeds(chunk, depth):
+                return f"upstream stream chunk nests deeper than {depth} levels"
             if "error" in chunk:
                 message = chunk["error"].get("message") if isinstance(chunk["error"], dict) \
                     else str(chunk["error"])
                 return f"upstream error mid-stream: {message}"
             if assembler.feed(chunk):
-                await response.write(sse(payload))
+                await out.write(sse(payload))
             if assembler.pending_flush is not None:
-                await response.write(text_chunk(assembler.template, assembler.pending_flush))
+                await out.write(text_chunk(assembler.template, assembler.pending_flush))
                 assembler.pending_flush = None
     except STREAM_FAULTS as exc:
         return f"upstream stream was cut off ({type(exc).__name__})"
+    if not assembler.template:
+        return "upstream stream carried no chat-completion chunk"
     if not done and assembler.finish_reason is None:
         return "upstream stream ended before the reply finished"
     return None
@@ -98,36 +159,51 @@ async def guarded_stream(call: GuardedCall, request: web.Request) -> web.StreamR
         guard.telemetry.fallback("multiple_choices_stream_not_guarded",
                                  request_id=call.request_id)
         return await byte_stream(guard, request, call.raw, call.headers)
+    out = ClientStream(request)
+    try:
+        async with asyncio.timeout_at(call.deadline):
+            return await _guarded(call, out)
+    except ClientGone:
+        guard.telemetry.client_gone(request_id=call.request_id, session=call.session)
+        return out.response
+    except TimeoutError:
+        failure = call.deadline_failure()
+        if not out.started:
+            return upstream_error(failure)
+        return await end_stream_with_error(out.response, str(failure), "upstream_timeout")
+    except UpstreamFailure as exc:
+        if not out.started:
+            return upstream_error(exc)
+        return await end_stream_with_error(out.response, str(exc), "upstream_error")
+    except Exception:
+        if not out.started:
+            raise  # the middleware answers with a JSON 500 and logs it
+        guard.telemetry.log.exception("stream_failed", request_id=call.request_id)
+        guard.telemetry.fallback("stream_internal_error", request_id=call.request_id)
+        return await end_stream_with_error(out.response, "internal error in reflexguard")
+
+
+async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
+    guard = call.guard
     assembler = StreamAssembler(hold_all_text=guard.policy.lift_text_calls)
     began = time.perf_counter()
-    try:
-        async with guard.upstream.stream("chat/completions", call.raw, call.headers) as upstream:
-            response = web.StreamResponse(status=200, headers=EVENT_STREAM)
-            await response.prepare(request)
-            try:
-                broken = await _read_upstream(call, upstream, assembler, response)
-            except ConnectionResetError:
-                # The agent went away mid-stream: nothing to repair for, nobody to answer.
-                guard.telemetry.fallback("client_disconnected", request_id=call.request_id,
-                                         session=call.session)
-                return response
-    except UpstreamFailure as exc:
-        return upstream_error(exc)
+    async with guard.upstream.stream("chat/completions", call.raw, call.headers) as upstream:
+        broken = await _read_upstream(call, upstream, assembler, out)
     if broken is not None:
         guard.telemetry.fallback("upstream_stream_cut", request_id=call.request_id,
                                  session=call.session)
-        await response.write(error_event(broken))
-        await response.write_eof()
-        return response
+        if not out.started:
+            return json_error(502, broken, code="upstream_stream_error")
+        await out.write(error_event(broken))
+        return await out.end()
     first = read_attempt(1, "initial", assembler.completion(), call.rules,
                          guard.policy.lift_text_calls, time.perf_counter() - began)
     result = await call.ladder(first)
     call.finish(result)
     failure = call.exhausted_error(result)
     if failure is not None:
-        await response.write(sse(failure))
-        await response.write_eof()
-        return response
+        await out.write(sse(failure))
+        return await out.end()
     final = returned_attempt(result, guard.settings.on_exhausted)
     outgoing = agent_completion(result, final)
     choices = choices_of(outgoing)
@@ -138,6 +214,5 @@ async def guarded_stream(call: GuardedCall, request: web.Request) -> web.StreamR
         text = reply.content
     usage = outgoing.get("usage") if assembler.usage is not None else None
     for event in reply_chunks(assembler.template, reply, text, usage):
-        await response.write(event)
-    await response.write_eof()
-    return response
+        await out.write(event)
+    return await out.end()

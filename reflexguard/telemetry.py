@@ -6,6 +6,7 @@ upstream credentials never reach a log line.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -20,6 +21,9 @@ from prometheus_client import Counter as PromCounter
 
 from reflexguard.channels import Channel
 from reflexguard.guard import Attempt
+from reflexguard.limits import clip, safe_label
+
+DETAIL_LIMIT = 600  # a violation's detail quotes model output, which may be megabytes
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                    10, 30, 60, 120, 300)
@@ -27,13 +31,23 @@ SESSION_CAPACITY = 10_000
 MODEL_LABELS = 64  # request-supplied model names must not grow the label set without bound
 
 
+def dumps(record: Any, **_: Any) -> bytes:
+    """orjson, or where it refuses (lone surrogates from a header, > 254 levels) the
+    stdlib with ASCII escapes: a log line must never be the thing that fails."""
+    try:
+        return orjson.dumps(record, default=str)
+    except (TypeError, RecursionError):
+        return json.dumps(record, ensure_ascii=True, default=repr).encode()
+
+
 def configure_logging(level: str) -> None:
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt=None, utc=True),  # epoch seconds: cheap
+            structlog.processors.format_exc_info,  # the traceback itself, not `true`
             # orjson straight to bytes: structlog's documented fastest configuration.
-            structlog.processors.JSONRenderer(serializer=orjson.dumps),
+            structlog.processors.JSONRenderer(serializer=dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.BytesLoggerFactory(sys.stderr.buffer),
@@ -107,13 +121,14 @@ class Telemetry:
         self.log.info(event, **fields)
         if self._events is not None:
             record = {"event": event, "ts": time.time(), **fields}
-            self._events.write(orjson.dumps(record) + b"\n")
+            self._events.write(dumps(record) + b"\n")
             self._events.flush()
 
     def attempt(self, attempt: Attempt, request_id: str, session: str | None, model: str,
                 toolset_hash: str, stream: bool) -> None:
         calls = [
-            {"channel": str(v.channel), "name": v.name, "detail": v.detail}
+            {"channel": str(v.channel), "name": safe_label(v.name) if v.name else v.name,
+             "detail": clip(v.detail, DETAIL_LIMIT)}
             for verdict in attempt.verdicts for v in verdict.calls
         ]
         if attempt.kind != "fix":
@@ -126,6 +141,9 @@ class Telemetry:
             self.upstream_seconds.observe(attempt.upstream_seconds)
         for fix in attempt.fixes:
             self.fixes.labels(fix).inc()
+        for verdict in attempt.verdicts:
+            for kind in verdict.internal_events:
+                self.fallback(kind, request_id=request_id, attempt=attempt.number)
         self.emit(
             "attempt", request_id=request_id, session=session, model=model,
             attempt=attempt.number, kind=attempt.kind, calls=calls, fixes=list(attempt.fixes),
@@ -149,6 +167,10 @@ class Telemetry:
             self.emit("outcome", outcome=outcome, request_id=request_id, session=session)
         for kind in fallbacks:
             self.fallback(kind, request_id=request_id, session=session)
+
+    def client_gone(self, **fields: Any) -> None:
+        """The agent disconnected: one info line, one count, and the work stops."""
+        self.fallback("client_disconnected", **fields)
 
     def fallback(self, kind: str, **fields: Any) -> None:
         self.fallbacks.labels(kind).inc()

@@ -64,7 +64,35 @@ class ToolSet:
 
 
 def _refuse_remote(uri: str) -> Any:
-    raise ValueError(f"remote $ref {uri!r} is not fetched")
+    raise ValueError(f"remote reference {uri!r} is not fetched")
+
+
+# The metaschemas every validator ships. Claude Code puts the 2020-12 URI on every tool,
+# so refusing `$schema` outright would refuse every Claude Code request.
+_WELL_KNOWN_METASCHEMAS = {
+    "json-schema.org/draft-04/schema": "http://json-schema.org/draft-04/schema#",
+    "json-schema.org/draft-06/schema": "http://json-schema.org/draft-06/schema#",
+    "json-schema.org/draft-07/schema": "http://json-schema.org/draft-07/schema#",
+    "json-schema.org/draft/2019-09/schema": "https://json-schema.org/draft/2019-09/schema",
+    "json-schema.org/draft/2020-12/schema": "https://json-schema.org/draft/2020-12/schema",
+}
+
+
+def _local_metaschema(parameters: dict[str, Any], name: str, index: int) -> dict[str, Any]:
+    """`parameters` with a well-known `$schema` in the spelling the validator resolves
+    locally; any other `$schema` is refused, since validating against it means fetching."""
+    declared = parameters.get("$schema")
+    if declared is None:
+        return parameters
+    if not isinstance(declared, str):
+        raise InvalidToolSchema(name, index, "$schema must be a string")
+    key = declared.strip().removesuffix("#").removeprefix("https://").removeprefix("http://")
+    canonical = _WELL_KNOWN_METASCHEMAS.get(key)
+    if canonical is None:
+        raise InvalidToolSchema(
+            name, index, f"$schema {declared[:200]!r} is not a well-known metaschema; "
+            "reflexguard never fetches schemas")
+    return parameters if declared == canonical else {**parameters, "$schema": canonical}
 
 
 def _compile(tools: list[Any], digest: str) -> ToolSet:
@@ -78,14 +106,17 @@ def _compile(tools: list[Any], digest: str) -> ToolSet:
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise InvalidTools(f"tools[{index}].function.name is missing", f"tools[{index}]")
         name = function["name"]
+        if name in specs:
+            raise InvalidTools(f"tool name {name!r} is offered twice", f"tools[{index}]")
         parameters = function.get("parameters")
         if parameters is None:
             parameters = EMPTY_PARAMETERS
         if not isinstance(parameters, dict):
             raise InvalidToolSchema(name, index, "parameters must be a JSON object")
+        checked = _local_metaschema(parameters, name, index)
         try:
-            jsonschema_rs.meta.validate(parameters)
-            validator = jsonschema_rs.validator_for(parameters, retriever=_refuse_remote)
+            jsonschema_rs.meta.validate(checked)
+            validator = jsonschema_rs.validator_for(checked, retriever=_refuse_remote)
         except Exception as exc:  # the library raises several types for bad schemas
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InvalidToolSchema(name, index, reason) from None

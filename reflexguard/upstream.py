@@ -16,11 +16,12 @@ import aiohttp
 import orjson
 
 from reflexguard.guard import UpstreamFailure
+from reflexguard.limits import DEFAULT_MAX_JSON_DEPTH, depth_exceeds, nesting_could_exceed
 from reflexguard.model import JsonObject
 
 __all__ = [
-    "RawResponse", "Upstream", "UpstreamFailure", "UpstreamHTTPError", "UpstreamProtocolError",
-    "UpstreamTimeout", "UpstreamUnreachable", "parse_completion",
+    "AnswerTooDeep", "RawResponse", "Upstream", "UpstreamFailure", "UpstreamHTTPError",
+    "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnreachable", "parse_completion",
 ]
 
 FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
@@ -38,6 +39,10 @@ class UpstreamProtocolError(UpstreamFailure):
     """The upstream answered 2xx with something that is not a chat completion."""
 
     status = 502
+
+
+class AnswerTooDeep(UpstreamProtocolError):
+    """A chat completion nested deeper than reflexguard re-encodes: passed on unguarded."""
 
 
 class UpstreamHTTPError(UpstreamFailure):
@@ -127,9 +132,14 @@ class Upstream:
             raise UpstreamHTTPError(raw.status, raw.body, raw.content_type)
         return raw
 
-    async def completion(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
-        raw = await self.post_json("chat/completions", orjson.dumps(body), headers)
-        return parse_completion(raw.body)
+    async def completion(self, body: JsonObject, headers: Mapping[str, str],
+                         max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonObject:
+        try:
+            payload = orjson.dumps(body)
+        except TypeError as exc:  # nested past orjson's 254 levels, or not JSON at all
+            raise UpstreamProtocolError(f"re-ask body cannot be encoded: {exc}") from None
+        raw = await self.post_json("chat/completions", payload, headers)
+        return parse_completion(raw.body, max_depth)
 
     @asynccontextmanager
     async def stream(
@@ -151,11 +161,13 @@ class Upstream:
             response.release()
 
 
-def parse_completion(payload: bytes) -> JsonObject:
+def parse_completion(payload: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonObject:
     try:
         value: Any = orjson.loads(payload)
     except orjson.JSONDecodeError:
         raise UpstreamProtocolError("upstream answered with a body that is not JSON") from None
     if not isinstance(value, dict):
         raise UpstreamProtocolError("upstream answered with JSON that is not an object")
+    if nesting_could_exceed(payload, max_depth) and depth_exceeds(value, max_depth):
+        raise AnswerTooDeep(f"upstream answer nests deeper than {max_depth} levels")
     return value

@@ -69,8 +69,9 @@ def _classify_call(index: int, call: ToolCall, rules: CallRules) -> CallVerdict:
         return verdict(Channel.MALFORMED_ARGS, f"arguments are {exc}")
     try:
         problems = spec.errors(arguments)
-    except Exception as exc:  # a validator fault must not become a proxy fault
-        problems = [f"could not be checked: {type(exc).__name__}"]
+    except Exception:  # the validator's own fault: not the model's, so never re-asked
+        return CallVerdict(channel=Channel.OK, index=index, name=call.name,
+                           note="validator_error")
     if problems:
         return verdict(Channel.SCHEMA_VIOLATION, "; ".join(problems[:MAX_ERRORS_REPORTED]))
     choice = rules.tool_choice
@@ -93,29 +94,32 @@ def _classify_call(index: int, call: ToolCall, rules: CallRules) -> CallVerdict:
     return verdict(Channel.OK)
 
 
-def _classify_text_reply(reply: Reply, rules: CallRules) -> list[CallVerdict]:
+def _classify_text_reply(reply: Reply, rules: CallRules) -> Verdict:
     if reply.is_empty:
-        return [CallVerdict(channel=Channel.EMPTY_REPLY, detail="neither content nor tool calls")]
-    written = extract_calls(reply.content).calls
+        return Verdict(calls=(
+            CallVerdict(channel=Channel.EMPTY_REPLY, detail="neither content nor tool calls"),))
+    extraction = extract_calls(reply.content)
+    notes = (extraction.capped,) if extraction.capped else ()
+    written = extraction.calls
     if written:
-        return [
+        return Verdict(notes=notes, calls=tuple(
             CallVerdict(
                 channel=Channel.VANISHED_CALL,
                 name=call.name,
                 detail="a tool call was written as text instead of being called",
             )
             for call in written
-        ]
+        ))
     if rules.tool_choice.mode in ("required", "named"):
         wanted = rules.tool_choice.name or "a tool"
         detail = f"tool_choice requires calling {wanted}, but the reply has no call"
-        return [CallVerdict(channel=Channel.CHOICE_VIOLATION, detail=detail)]
-    return []
+        return Verdict(notes=notes,
+                       calls=(CallVerdict(channel=Channel.CHOICE_VIOLATION, detail=detail),))
+    return Verdict(notes=notes)
 
 
 def validate_reply(reply: Reply, rules: CallRules) -> Verdict:
     if reply.tool_calls:
-        calls = [_classify_call(i, call, rules) for i, call in enumerate(reply.tool_calls)]
-    else:
-        calls = _classify_text_reply(reply, rules)
-    return Verdict(calls=tuple(calls))
+        return Verdict(calls=tuple(
+            _classify_call(i, call, rules) for i, call in enumerate(reply.tool_calls)))
+    return _classify_text_reply(reply, rules)
