@@ -29,7 +29,7 @@ if compgen -G "$keyed/llama_cpp_python-$LLAMA_VERSION-*.whl" > /dev/null \
 else
   echo "setup: llama-cpp-python: building $LLAMA_VERSION for key $LLAMA_BUILD_KEY ($LLAMA_BUILD_REASON)"
   echo "setup: once per machine and flag set; about 6 minutes on 2 cores"
-  rm -rf "$keyed" && mkdir -p "$keyed.tmp"
+  rm -rf "$keyed" "$keyed.tmp" && mkdir -p "$keyed.tmp"
   CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     "${pip[@]}" wheel -q --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" -w "$keyed.tmp"
   printf '%s\n' "$LLAMA_CMAKE_ARGS" > "$keyed.tmp/CMAKE_ARGS"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reflexguard.completion import lift_text_calls
-from reflexguard.extract import extract_calls
+from reflexguard.extract import MAX_SCAN_CHARS, extract_calls
 from reflexguard.model import Reply
 
 
@@ -67,3 +70,55 @@ def test_never_raises(text: str) -> None:
     extract_calls(text)
     extract_calls("<tool_call>" + text)
     extract_calls("{" + text)
+
+
+# -- bounded work: untrusted text is classified in time linear in its size --------------
+
+TIME_BOX = 0.1  # seconds; the largest input below is 1 MB
+PATHOLOGICAL = {
+    "python records": "Here are your orders: [{'id': 'W123', 'status': 'pending'}]" * 2000,
+    "open brackets": "[{" * 500_000,
+    "open braces": "{" * 1_000_000,
+    "unterminated string": '{"name": "' + "a" * 1_000_000,
+    "tag and newlines": "{<tool_call>x" + "\n" * 1_000_000 + "y",
+    "fence and blanks": "{```json" + " " * 1_000_000 + "x",
+    "many names": '{"name": "' * 100_000,
+    "nested lists": "[" * 500_000 + "{",
+    "valid objects": '{"a": 1}' * 125_000,
+    "just under the cap": "[{'a': 1}] " * 23_000,
+}
+
+
+def _timed(text: str) -> float:
+    started = time.perf_counter()
+    extract_calls(text)
+    return time.perf_counter() - started
+
+
+@pytest.mark.parametrize("name", sorted(PATHOLOGICAL))
+def test_pathological_text_is_classified_within_the_time_box(name: str) -> None:
+    # The best of three runs: a shared machine's hiccup is not the code's cost.
+    assert min(_timed(PATHOLOGICAL[name]) for _ in range(3)) < TIME_BOX
+
+
+def test_python_records_never_loop_and_yield_no_call() -> None:
+    found = extract_calls("Here are your orders: [{'id': 'W123', 'status': 'pending'}]")
+    assert found.calls == ()
+
+
+def test_a_list_that_does_not_parse_still_yields_its_first_object() -> None:
+    found = extract_calls('[{"name": "a", "arguments": {}}, oops')
+    assert [c.name for c in found.calls] == ["a"]
+
+
+def test_oversize_text_is_not_scanned_and_says_so() -> None:
+    found = extract_calls('{"name": "a", "arguments": {}}' + " " * (MAX_SCAN_CHARS + 1))
+    assert found.calls == () and found.capped == "text_scan_oversize"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["[{", "{", "}", "]", '"', "'", "<tool_call>", "```", "\n",
+                                 " ", '"name": "x"', '"arguments": {}', "\\", ":"]),
+                max_size=4000))
+def test_any_mix_of_openers_is_classified_within_the_time_box(pieces: list[str]) -> None:
+    assert min(_timed("".join(pieces)) for _ in range(2)) < TIME_BOX

@@ -325,6 +325,16 @@ async def path_recorder() -> AsyncIterator[tuple[TestServer, list[str]]]:
     await server.close()
 
 
+async def raw_get(port: int, path: str) -> int:
+    """GET `path` exactly as written: HTTP clients normalise `..` away before sending."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    status_line = await reader.readline()
+    writer.close()
+    return int(status_line.split()[1])
+
+
 @pytest.mark.parametrize("path", [
     "/v1/../../etc/passwd", "/v1/%2e%2e/%2e%2e/etc/passwd", "/v1/%2e%2e/",
     "/v1/..%2f..%2fadmin", "/v1/%252e%252e/admin", "/v1/models%3Fx=1", "/v1/a/../../admin",
@@ -335,14 +345,9 @@ async def test_paths_that_escape_v1_are_400_and_never_reach_the_upstream(
         proxy, path_recorder, path):
     server, seen = path_recorder
     client = await proxy(upstream=str(server.make_url("/v1")))
-    url = str(client.make_url("/")).rstrip("/") + path
-    async with httpx.AsyncClient() as http:
-        response = await http.get(httpx.URL(url) if "%" in path else url)
-    if response.status_code != 400:  # a client that normalises first may stay in /v1
-        assert response.status_code in (200, 404), response.text
-    for reached in seen:
-        assert reached.startswith("/v1/"), reached
-        assert ".." not in reached and "%2e" not in reached.lower()
+    status = await raw_get(client.port, path)
+    assert status in (400, 404)  # 404: the server's router already refused it
+    assert seen == []
 
 
 async def test_plain_subpaths_and_queries_still_pass_through(proxy, path_recorder):
