@@ -20,12 +20,11 @@ from pydantic_settings import (
 )
 
 from reflexguard.grounding import DEFAULT_PATTERN
-from reflexguard.guard import MAX_REPAIRS_CEILING
+from reflexguard.guard import MAX_REPAIRS_CEILING, OnExhausted
 from reflexguard.limits import DEFAULT_MAX_JSON_DEPTH
+from reflexguard.repair import ConstrainedMode
 
 ToolCallFormat = Literal["openai", "content"]
-OnExhausted = Literal["passthrough", "original", "error"]
-Constrained = Literal["off", "tool_choice", "structured_outputs", "response_format"]
 
 
 class Settings(BaseSettings):
@@ -43,7 +42,7 @@ class Settings(BaseSettings):
     port: int = Field(8787, ge=0, le=65535)
     repair: bool = True
     max_repairs: int = Field(2, ge=0, le=MAX_REPAIRS_CEILING)
-    constrained_retry: Constrained = "off"
+    constrained_retry: ConstrainedMode = "off"
     json_repair: bool = False
     snap_names: bool = False
     snap_threshold: float = Field(85.0, ge=0, le=100)

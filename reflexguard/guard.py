@@ -26,6 +26,7 @@ Outcome = Literal[
     "clean", "observed", "fixed_by_fix", "fixed_by_reask", "fixed_by_constrained", "exhausted",
     "not_repaired",
 ]
+OnExhausted = Literal["passthrough", "original", "error"]
 MAX_REPAIRS_CEILING = 10
 FIX_PASSES = 2
 
@@ -41,6 +42,7 @@ class GuardPolicy:
     constrained: ConstrainedMode = "off"
     fixes: FixPolicy = field(default_factory=FixPolicy)
     lift_text_calls: bool = False
+    on_exhausted: OnExhausted = "passthrough"
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,7 @@ async def run_ladder(
     return LadderResult(attempts, "exhausted", [*fallbacks, "exhausted"], failed_calls)
 
 
-def returned_attempt(result: LadderResult, on_exhausted: str) -> Attempt:
+def returned_attempt(result: LadderResult, on_exhausted: OnExhausted) -> Attempt:
     """The attempt whose reply the agent gets: the final one, or after an exhausted ladder
     with `on_exhausted: original`, the model's first answer (exactly what the agent would
     have had without reflexguard)."""

@@ -12,6 +12,7 @@ import hmac
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -50,6 +51,9 @@ from reflexguard.upstream import (
 from reflexguard.urls import UnsafePath, passthrough_tail, redact
 
 UPSTREAM_KEY: web.AppKey[Upstream] = web.AppKey("upstream", Upstream)
+# (HTTP status, body) for /healthz when something supervises the upstream (serve.py sets it
+# for the embedded model: starting / ready / restarting / failed).
+HealthCheck = Callable[[], tuple[int, dict[str, Any]]]
 
 
 class Guard:
@@ -59,6 +63,7 @@ class Guard:
         self.settings = settings
         self.upstream = upstream
         self.telemetry = telemetry
+        self.health: HealthCheck | None = None
         self.toolsets = ToolSetCache()
         self.grounding = GroundingPolicy(
             pattern=re.compile(settings.grounding_pattern) if settings.grounding else None,
@@ -74,6 +79,7 @@ class Guard:
                 snap_threshold=settings.snap_threshold,
             ),
             lift_text_calls=settings.tool_call_format == "content",
+            on_exhausted=settings.on_exhausted,
         )
 
     # -- routes ---------------------------------------------------------------------------
@@ -125,8 +131,12 @@ class Guard:
         return await self._pass(request, path, body, headers)
 
     async def healthz(self, _: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "upstream": redact(self.upstream.base_url),
-                                  "repair": self.settings.repair})
+        body = {"status": "ok", "upstream": redact(self.upstream.base_url),
+                "repair": self.settings.repair}
+        if self.health is None:
+            return web.json_response(body)
+        status, supervised = self.health()
+        return web.json_response({**body, **supervised}, status=status)
 
     async def metrics(self, request: web.Request) -> web.Response:
         denied = self._denied(request)
@@ -256,7 +266,7 @@ class GuardedCall:
         }
 
     def exhausted_error(self, result: LadderResult) -> bytes | None:
-        if result.outcome != "exhausted" or self.guard.settings.on_exhausted != "error":
+        if result.outcome != "exhausted" or self.guard.policy.on_exhausted != "error":
             return None
         channels = sorted({str(v.channel) for v in result.final.verdict.violations})
         return error_body(
@@ -286,7 +296,7 @@ class GuardedCall:
         failure = self.exhausted_error(result)
         if failure is not None:
             return web.Response(status=502, body=failure, content_type=JSON, headers=headers)
-        returned = returned_attempt(result, self.guard.settings.on_exhausted)
+        returned = returned_attempt(result, self.guard.policy.on_exhausted)
         body = answer.body  # the fast path: the upstream's own bytes, untouched
         if returned is not first or first.changed:
             try:
@@ -321,13 +331,17 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
         return json_error(500, "internal error in reflexguard; see its log", code="internal")
 
 
-def build_app(settings: Settings, upstream_url: str | None = None) -> web.Application:
-    url = upstream_url or settings.upstream
-    if url is None:
-        raise ValueError("no upstream URL")
-    key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
-    upstream = Upstream(url, key, settings.upstream_timeout, settings.upstream_connect_timeout,
-                        settings.upstream_max_connections)
+def build_app(settings: Settings, upstream_url: str | None = None,
+              upstream: Upstream | None = None) -> web.Application:
+    """`upstream`, when given, is used instead of one built from the URL (serve.py passes
+    the supervised embedded child's, whose URL changes on restart)."""
+    if upstream is None:
+        url = upstream_url or settings.upstream
+        if url is None:
+            raise ValueError("no upstream URL")
+        key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+        upstream = Upstream(url, key, settings.upstream_timeout,
+                            settings.upstream_connect_timeout, settings.upstream_max_connections)
     telemetry = Telemetry(settings.events)
     guard = Guard(settings, upstream, telemetry)
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors])

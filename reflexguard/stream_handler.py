@@ -204,7 +204,7 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
     if failure is not None:
         await out.write(sse(failure))
         return await out.end()
-    final = returned_attempt(result, guard.settings.on_exhausted)
+    final = returned_attempt(result, guard.policy.on_exhausted)
     outgoing = agent_completion(result, final)
     choices = choices_of(outgoing)
     reply = reply_of(choices[0]) if choices else final.reply
