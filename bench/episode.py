@@ -26,6 +26,8 @@ from bench.records import Arm, Cell, EpisodeRecord, ProxyRecord, ToolCallRecord
 from bench.scripted_user import LABEL as SCRIPTED_LABEL
 from bench.scripted_user import ScriptedUser
 from bench.sim_agent import SimulatedAgent
+from reflexguard.channels import Channel
+from reflexguard.events import REPAIRED, Event
 
 AgentKind = Literal["llm", "simulated"]
 UserKind = Literal["scripted", "llm", "solo"]
@@ -78,10 +80,9 @@ def _build(spec: EpisodeSpec) -> tuple[Orchestrator, bool, frozenset[str], str]:
     make_env = registry.get_env_constructor(domain)
     solo = spec.user == "solo"
     environment = make_env(solo_mode=True) if solo else make_env()
-    try:
-        user_tools = environment.get_user_tools() if environment.user_tools else []
-    except Exception:
-        user_tools = []
+    # tau2 raises ValueError only when a domain has no user tools; the guard above it
+    # already covers that, so nothing else is caught here.
+    user_tools = environment.get_user_tools() if environment.user_tools else []
     user_tool_names = frozenset(t.name for t in user_tools) if not solo else frozenset()
     agent: Any
     if spec.agent == "simulated":
@@ -132,29 +133,29 @@ def tool_calls_of(messages: list[Any], user_tool_names: frozenset[str]) -> tuple
     return calls, turns + 1
 
 
-def proxy_record(events: list[dict[str, Any]]) -> ProxyRecord:
+def proxy_record(events: list[Event]) -> ProxyRecord:
     first: Counter[str] = Counter()
     names: Counter[str] = Counter()
     extra = attempted = succeeded = 0
     for event in events:
-        if event.get("event") == "attempt":
+        if event["event"] == "attempt":
             if event["kind"] == "initial":
                 for call in event["calls"]:
                     first[call["channel"]] += 1
-                    if call["channel"] == "unknown_tool" and call.get("name"):
+                    if call["channel"] == Channel.UNKNOWN_TOOL and call["name"]:
                         names[call["name"]] += 1
             elif event["kind"] in ("reask", "constrained"):
                 extra += 1
-        elif event.get("event") == "outcome" and event["outcome"] not in ("observed",):
+        elif event["event"] == "outcome" and event["outcome"] != "observed":
             attempted += 1
-            succeeded += str(event["outcome"]).startswith("fixed")
+            succeeded += event["outcome"] in REPAIRED
     return ProxyRecord(first_attempt_channels=dict(first), unknown_tool_names=dict(names),
                        repairs_attempted=attempted, repairs_succeeded=succeeded,
                        extra_upstream_calls=extra)
 
 
 def run_episode(spec: EpisodeSpec,
-                events_for: Callable[[str], list[dict[str, Any]]] | None = None) -> EpisodeRecord:
+                events_for: Callable[[str], list[Event]] | None = None) -> EpisodeRecord:
     started = time.perf_counter()
     orchestrator, solo, user_tool_names, user_label = _build(spec)
     infrastructure_error: str | None = None

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 Arm = Literal["on", "off"]
+SUCCESS_TOLERANCE = 1e-6  # tau2.metrics.agent_metrics.is_successful
 
 # Where a failed environment call went wrong, as tau2's environment saw it.
 ENV_CHANNELS = ("unknown_tool", "wrong_side_tool", "malformed_args", "argument_error",
@@ -85,4 +86,5 @@ class EpisodeRecord(BaseModel):
 
     @property
     def success(self) -> bool:
-        return self.reward >= 1.0 and self.infrastructure_error is None
+        # tau2's own `is_successful` tolerance: rewards are products of floats.
+        return abs(self.reward - 1.0) <= SUCCESS_TOLERANCE and self.infrastructure_error is None

@@ -7,7 +7,6 @@ with `--resume`; every finished episode is appended immediately.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from bench.proxy_host import ProxyHost
 from bench.records import Arm, Cell, EpisodeRecord
 from bench.store import RecordStore
 from reflexguard.config import Settings
+from reflexguard.events import Event, read_event
 
 TASK_SETS = {"mock": "mock", "retail": "retail", "telecom": "telecom", "airline": "airline"}
 
@@ -87,10 +87,10 @@ class EventsReader:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
-        self._by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._by_session: dict[str, list[Event]] = defaultdict(list)
         self._lock = threading.Lock()
 
-    def __call__(self, session: str) -> list[dict[str, Any]]:
+    def __call__(self, session: str) -> list[Event]:
         with self._lock:
             if self.path.exists():
                 with self.path.open("rb") as handle:
@@ -99,7 +99,7 @@ class EventsReader:
                 complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
                 self._offset += len(complete)
                 for line in complete.splitlines():
-                    event = json.loads(line)
+                    event = read_event(line)
                     self._by_session[str(event.get("session"))].append(event)
             return list(self._by_session.get(session, []))
 
@@ -149,7 +149,7 @@ def _specs(config: CellsConfig, precision: Precision, cell: Cell, arm: Arm, opti
 
 def _run_specs(specs: list[EpisodeSpec], options: RunOptions, done: set[tuple[Any, ...]],
                store: RecordStore, progress: Progress,
-               events_for: Callable[[str], list[dict[str, Any]]] | None) -> None:
+               events_for: Callable[[str], list[Event]] | None) -> None:
     todo = [s for s in specs if (s.cell.key, s.arm, s.task.id, s.trial) not in done]
 
     def one(spec: EpisodeSpec) -> EpisodeRecord:

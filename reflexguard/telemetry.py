@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 import structlog
@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client import Counter as PromCounter
 
 from reflexguard.channels import Channel
-from reflexguard.guard import Attempt
+from reflexguard.events import AttemptEvent, CallEvent, FallbackEvent, OutcomeEvent
+from reflexguard.guard import Attempt, Outcome
 from reflexguard.limits import clip, safe_label
 
 DETAIL_LIMIT = 600  # a violation's detail quotes model output, which may be megabytes
@@ -117,16 +118,16 @@ class Telemetry:
     def metrics_text(self) -> bytes:
         return generate_latest(self.registry)
 
-    def emit(self, event: str, **fields: Any) -> None:
-        self.log.info(event, **fields)
+    def _write(self, record: AttemptEvent | OutcomeEvent | FallbackEvent) -> None:
+        fields = {k: v for k, v in record.items() if k not in ("event", "ts")}
+        self.log.info(record["event"], **fields)
         if self._events is not None:
-            record = {"event": event, "ts": time.time(), **fields}
             self._events.write(dumps(record) + b"\n")
             self._events.flush()
 
     def attempt(self, attempt: Attempt, request_id: str, session: str | None, model: str,
                 toolset_hash: str, stream: bool) -> None:
-        calls = [
+        calls: list[CallEvent] = [
             {"channel": str(v.channel), "name": safe_label(v.name) if v.name else v.name,
              "detail": clip(v.detail, DETAIL_LIMIT)}
             for verdict in attempt.verdicts for v in verdict.calls
@@ -135,21 +136,21 @@ class Telemetry:
             label = self._model_label(model)
             for call in calls:
                 self.tool_calls.labels(call["channel"], label).inc()
-                channel = str(call["channel"])
-                if session and channel != Channel.OK:
-                    self.sessions.add(session, channel)
+                if session and call["channel"] != Channel.OK:
+                    self.sessions.add(session, call["channel"])
             self.upstream_seconds.observe(attempt.upstream_seconds)
         for fix in attempt.fixes:
             self.fixes.labels(fix).inc()
         for verdict in attempt.verdicts:
             for kind in verdict.internal_events:
                 self.fallback(kind, request_id=request_id, attempt=attempt.number)
-        self.emit(
-            "attempt", request_id=request_id, session=session, model=model,
-            attempt=attempt.number, kind=attempt.kind, calls=calls, fixes=list(attempt.fixes),
-            toolset=toolset_hash, latency_ms=round(attempt.upstream_seconds * 1000, 3),
-            stream=stream,
-        )
+        self._write({
+            "event": "attempt", "ts": time.time(), "request_id": request_id,
+            "session": session, "model": model, "attempt": attempt.number,
+            "kind": attempt.kind, "calls": calls, "fixes": list(attempt.fixes),
+            "toolset": toolset_hash, "latency_ms": round(attempt.upstream_seconds * 1000, 3),
+            "stream": stream,
+        })
 
     def _model_label(self, model: str) -> str:
         if model in self._models:
@@ -159,12 +160,13 @@ class Telemetry:
             return model
         return "other"
 
-    def outcome(self, outcome: str, fallbacks: list[str], request_id: str,
+    def outcome(self, outcome: Outcome, fallbacks: list[str], request_id: str,
                 session: str | None) -> None:
         if outcome not in ("clean", "observed"):
             self.repairs.labels(outcome).inc()
         if outcome != "clean":
-            self.emit("outcome", outcome=outcome, request_id=request_id, session=session)
+            self._write({"event": "outcome", "ts": time.time(), "outcome": outcome,
+                         "request_id": request_id, "session": session})
         for kind in fallbacks:
             self.fallback(kind, request_id=request_id, session=session)
 
@@ -173,5 +175,9 @@ class Telemetry:
         self.fallback("client_disconnected", **fields)
 
     def fallback(self, kind: str, **fields: Any) -> None:
+        """Every fallback is counted and logged: nothing falls back silently."""
         self.fallbacks.labels(kind).inc()
-        self.emit("fallback", kind=kind, **fields)
+        # Fallbacks carry context of their own kind (a path, an attempt): beyond the
+        # declared keys, the record is open.
+        self._write(cast(FallbackEvent, {"event": "fallback", "ts": time.time(), "kind": kind,
+                                         **fields}))

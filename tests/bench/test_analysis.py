@@ -124,12 +124,40 @@ def test_events_reader_reads_only_new_complete_lines(tmp_path) -> None:  # type:
 
     from bench.runner import EventsReader
 
+    def outcome(session: str, n: int) -> dict[str, object]:
+        return {"event": "outcome", "ts": float(n), "outcome": "exhausted",
+                "request_id": f"r{n}", "session": session}
+
     path = tmp_path / "events.jsonl"
     reader = EventsReader(path)
     assert reader("a") == []
-    path.write_text(_json.dumps({"session": "a", "n": 1}) + "\n" + '{"session": "b"')
-    assert reader("a") == [{"session": "a", "n": 1}] and reader("b") == []
+    second = _json.dumps(outcome("b", 2))
+    path.write_text(_json.dumps(outcome("a", 1)) + "\n" + second[:20])
+    assert reader("a") == [outcome("a", 1)] and reader("b") == []
     with path.open("a") as handle:
-        handle.write(', "n": 2}\n' + _json.dumps({"session": "a", "n": 3}) + "\n")
-    assert reader("b") == [{"session": "b", "n": 2}]
-    assert [e["n"] for e in reader("a")] == [1, 3]
+        handle.write(second[20:] + "\n" + _json.dumps(outcome("a", 3)) + "\n")
+    assert reader("b") == [outcome("b", 2)]
+    assert [e["ts"] for e in reader("a")] == [1.0, 3.0]
+
+
+def test_events_written_by_telemetry_are_read_back_through_the_same_types(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from reflexguard.events import read_event
+    from reflexguard.telemetry import Telemetry
+
+    path = tmp_path / "events.jsonl"
+    telemetry = Telemetry(path)
+    telemetry.outcome("fixed_by_reask", ["repair_upstream_error"], "r1", "s1")
+    telemetry.close()
+    events = [read_event(line) for line in path.read_bytes().splitlines()]
+    assert [e["event"] for e in events] == ["outcome", "fallback"]
+    assert events[1]["kind"] == "repair_upstream_error"
+
+
+def test_success_uses_tau2s_tolerance() -> None:
+    from bench.records import EpisodeRecord
+
+    fields = EpisodeRecord.model_fields
+    assert "reward" in fields
+    record = EpisodeRecord.model_construct(reward=1.0 - 1e-9, infrastructure_error=None)
+    assert record.success
+    assert not EpisodeRecord.model_construct(reward=0.999, infrastructure_error=None).success
