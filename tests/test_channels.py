@@ -164,3 +164,25 @@ def test_validator_never_raises_on_arbitrary_json(value: object, wrapped: bool) 
         verdict = validate_reply(reply, rules(**grounded_rules(chat_body()["messages"])))
         assert len(verdict.calls) == 1
     validate_reply(Reply(content=json.dumps({"name": "x", "arguments": value})), rules())
+
+
+def test_a_crashing_validator_is_an_internal_event_never_the_models_fault() -> None:
+    import dataclasses
+
+    class Exploding:
+        def iter_errors(self, _: object) -> list[object]:
+            raise RuntimeError("validator bug")
+
+    spec = TOOLSET.specs["get_order_details"]
+    broken = dataclasses.replace(TOOLSET, specs={**TOOLSET.specs, spec.name: dataclasses.replace(
+        spec, validator=Exploding())})
+    verdict = validate_reply(Reply(tool_calls=(call(),)), CallRules(toolset=broken))
+    assert verdict.valid
+    assert verdict.internal_events == ("validator_error",)
+
+
+def test_a_capped_text_scan_is_reported() -> None:
+    from reflexguard.extract import MAX_SCAN_CHARS
+
+    verdict = validate_reply(Reply(content="{" + " " * MAX_SCAN_CHARS), rules())
+    assert verdict.internal_events == ("text_scan_oversize",)
