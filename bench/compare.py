@@ -16,7 +16,9 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from bench.cells import DOMAINS, load_cells, simulated_cells
+from bench.limits import EPISODE_TIMEOUT_S, MAX_TOKENS
 from reflexguard.cli import OneLineParser
+from reflexguard.embedded.lifetime import Terminated, sigterm_as_interrupt
 
 RETAIL_SUBSET = 5
 SIMULATED_CHANNELS = ("unknown_tool", "argument_error")
@@ -37,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="default: runs/<timestamp>")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--episode-timeout", type=float, default=EPISODE_TIMEOUT_S, metavar="SECONDS",
+                   help=f"wall-clock limit per episode, recorded as termination "
+                        f"'episode_timeout' and counted as a failure; 0 = none "
+                        f"(default {EPISODE_TIMEOUT_S:g})")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
+                   help=f"max_tokens of every agent call (default {MAX_TOKENS})")
     p.add_argument("--simulated-agent", metavar="ERRORS", default=None,
                    help="TEST ONLY: replay gold actions with these injected errors "
                         "(comma-separated: unknown_tool, argument_error); no model runs")
@@ -51,9 +59,12 @@ def _fail(message: str) -> NoReturn:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     for name, value in (("--tasks", args.tasks), ("--trials", args.trials),
-                        ("--max-errors", args.max_errors), ("--concurrency", args.concurrency)):
+                        ("--max-errors", args.max_errors), ("--concurrency", args.concurrency),
+                        ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             _fail(f"{name} must be at least 1")
+    if args.episode_timeout < 0:
+        _fail("--episode-timeout must be 0 (none) or more")
     simulated = None
     if args.simulated_agent is not None:
         simulated = [c for c in args.simulated_agent.split(",") if c]
@@ -79,16 +90,19 @@ def main(argv: list[str] | None = None) -> None:
         domains=domains, tasks=args.tasks, task_ids=args.task_ids, trials=args.trials,
         max_errors=args.max_errors, concurrency=args.concurrency, resume=args.resume,
         domain_tasks={"retail": RETAIL_SUBSET} if args.retail_subset and not args.tasks else {},
+        episode_timeout=args.episode_timeout or None, max_tokens=args.max_tokens,
     )
+    # `kill <pid>` must stop the llama.cpp children too: unwind like Ctrl-C.
+    sigterm_as_interrupt()
     started = time.monotonic()
     try:
         run(config, options)
     except BenchError as exc:
         _fail(str(exc))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"\ninterrupted; finished episodes are saved: rerun with --resume --out {out}",
               file=sys.stderr)
-        sys.exit(130)
+        sys.exit(143 if isinstance(exc, Terminated) else 130)
     build_report(out, args.max_errors)
     minutes = (time.monotonic() - started) / 60
     label = " (SIMULATED agent)" if simulated is not None else ""

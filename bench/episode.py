@@ -2,7 +2,9 @@
 
 This mirrors `tau2.run.run_task` (same environment, agent, user and orchestrator
 construction) so that a crash mid-episode still leaves the partial trajectory: such an
-episode is recorded as an infrastructure error and a failure, never dropped.
+episode is recorded as an infrastructure error and a failure, never dropped. An episode
+that outlives its wall-clock limit is recorded the same way under its own termination
+reason, `episode_timeout`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from reflexguard.events import REPAIRED, Event
 AgentKind = Literal["llm", "simulated"]
 UserKind = Literal["scripted", "llm", "solo"]
 MAX_STEPS = 60
+EPISODE_TIMEOUT = "episode_timeout"  # our termination reason; tau2 has no wall clock
 CONTENT_KEPT = 300
 JUDGE_NOTE = ("none: natural-language assertions are not evaluated (tau2's judge is a "
               "hosted model); tasks checked only by them are flagged unscored")
@@ -52,10 +55,37 @@ class EpisodeSpec:
     user_llm: str | None = None
     user_llm_args: dict[str, Any] = field(default_factory=dict)
     inject: list[str] = field(default_factory=list)  # simulated agent only
+    timeout: float | None = None  # wall-clock seconds for the whole episode; None = no limit
 
     @property
     def session(self) -> str:
         return f"{self.cell.key}|{self.arm}|{self.task.id}|{self.trial}"
+
+
+class EpisodeTimeout(Exception):
+    """The episode's wall-clock limit passed before the next agent or user turn."""
+
+
+def enforce_deadline(actor: Any, deadline: float, limit: float) -> None:
+    """Bound an agent's or user's turns by the episode's deadline, without killing threads.
+
+    A turn that would start after the deadline raises EpisodeTimeout instead; an LLM turn
+    gets the time left as its litellm `timeout`, so one slow call cannot overrun by more
+    than about a second. tau2 deep-copies `llm_args` per agent, so this is per episode.
+    """
+    generate = actor.generate_next_message
+    llm_args = getattr(actor, "llm_args", None)
+    cap = llm_args.get("timeout") if isinstance(llm_args, dict) else None
+
+    def bounded(message: Any, state: Any) -> Any:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EpisodeTimeout(f"the episode's wall-clock limit of {limit:g} s passed")
+        if isinstance(llm_args, dict):
+            llm_args["timeout"] = max(1.0, min(float(cap), left) if cap else left)
+        return generate(message, state)
+
+    actor.generate_next_message = bounded
 
 
 def is_unscored(task: Task) -> bool:
@@ -158,19 +188,30 @@ def run_episode(spec: EpisodeSpec,
                 events_for: Callable[[str], list[Event]] | None = None) -> EpisodeRecord:
     started = time.perf_counter()
     orchestrator, solo, user_tool_names, user_label = _build(spec)
+    deadline: float | None = None
+    if spec.timeout:
+        deadline = time.monotonic() + spec.timeout
+        enforce_deadline(orchestrator.agent, deadline, spec.timeout)
+        enforce_deadline(orchestrator.user, deadline, spec.timeout)
     infrastructure_error: str | None = None
     simulation = None
+    note = ""
     try:
         simulation = orchestrator.run()
         messages = simulation.messages
         reason = simulation.termination_reason
         termination = str(getattr(reason, "value", reason))
     except Exception as exc:  # an episode that crashes is a failure, never a dropped run
-        infrastructure_error = f"{type(exc).__name__}: {str(exc)[:500]}"
         messages = list(getattr(orchestrator, "trajectory", []))
-        termination = "infrastructure_error"
+        # A call cut off by the time-left timeout raises litellm's error, not ours.
+        if isinstance(exc, EpisodeTimeout) or (
+                deadline is not None and time.monotonic() >= deadline - 1.0):
+            termination = EPISODE_TIMEOUT
+            note = f"{EPISODE_TIMEOUT}: {type(exc).__name__}: {str(exc)[:300]}"
+        else:
+            infrastructure_error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            termination = "infrastructure_error"
     reward = 0.0
-    note = ""
     if simulation is not None:
         try:
             info = evaluate_simulation(simulation=simulation, task=_without_nl(spec.task),

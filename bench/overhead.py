@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.workload import REQUEST_BYTES, TOOLS
+from reflexguard.embedded import lifetime
 from reflexguard.loopback import free_port
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -35,8 +36,8 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
-    child = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    # lifetime.spawn: the server dies with this process even if it is killed.
+    child = lifetime.spawn([sys.executable, *args], subprocess.DEVNULL).process
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -48,8 +49,7 @@ def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
             time.sleep(0.05)
         yield child
     finally:
-        child.terminate()
-        child.wait(10)
+        lifetime.stop(child)
 
 
 @dataclass

@@ -12,6 +12,8 @@ from reflexguard.config import Settings
 from reflexguard.loopback import free_port
 from reflexguard.server import build_app
 
+SHUTDOWN_GRACE_S = 2.0
+
 
 class ProxyHost:
     """`with ProxyHost(settings) as url:` serves reflexguard on loopback until the block ends."""
@@ -38,7 +40,11 @@ class ProxyHost:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        runner = web.AppRunner(build_app(self.settings), access_log=None)
+        # A request still in flight when the block ends belongs to an abandoned episode
+        # (Ctrl-C, SIGTERM): waiting aiohttp's default 60 s for it would only delay
+        # stopping the model server.
+        runner = web.AppRunner(build_app(self.settings), access_log=None,
+                               shutdown_timeout=SHUTDOWN_GRACE_S)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", self.settings.port).start()
         self._ready.set()

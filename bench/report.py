@@ -60,6 +60,18 @@ def _channel_table(table: dict[str, Any], channels: tuple[str, ...]) -> list[str
     return lines
 
 
+def _termination_table(termination: dict[str, Any]) -> list[str]:
+    reasons = sorted({r for arms in termination.values() for counts in arms.values()
+                      for r in counts})
+    lines = ["| cell | repair | " + " | ".join(reasons) + " |",
+             "|" + "---|" * (2 + len(reasons))]
+    for cell, arms in sorted(termination.items()):
+        for arm, counts in sorted(arms.items()):
+            lines.append(f"| {cell} | {arm} | "
+                         + " | ".join(str(counts.get(r, 0)) for r in reasons) + " |")
+    return lines
+
+
 def _verdicts(summary: dict[str, Any]) -> list[str]:
     lines = []
     for cell in sorted(summary["success_at_k"]):
@@ -112,7 +124,8 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     lines += ["## Verdicts", ""] + _verdicts(summary)
     lines += ["## Success at every error budget", "",
               "Recomputed exactly from one run at K=10: reward 1 and fewer than K error tool "
-              "messages. Wilson 95% intervals. Infrastructure errors count as failures.", ""]
+              "messages. Wilson 95% intervals. Infrastructure errors and episode timeouts count "
+              "as failures.", ""]
     lines += _success_table(summary) + [""]
     lines += ["## Errors that reached the environment", "",
               "Per tool call (count; share of episodes with at least one). malformed_args "
@@ -153,11 +166,10 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
                f"{_pct(effects[k]['high'])}]" if k in effects else "–"
                for k in ("1", "2", "5", "10")]
         lines.append(f"| {cell} | " + " | ".join(row) + " |")
-    lines += ["", "## Termination reasons", ""]
-    for cell, arms in sorted(summary["termination"].items()):
-        for arm, reasons in sorted(arms.items()):
-            listed = ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
-            lines.append(f"- {cell}, repair {arm}: {listed}")
+    lines += ["", "## Termination reasons", "",
+              "`infrastructure_error` (a crash) and `episode_timeout` (the wall-clock limit, "
+              "`--episode-timeout`) are failures whatever the partial trajectory did.", ""]
+    lines += _termination_table(summary["termination"])
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     lines += ["Damage rule: a lower-precision cell is damaged when any environment channel's "
               "per-call error rate is higher than its reference's by a one-sided Fisher exact "

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from bench.cells import CellsConfig, Precision
 from bench.episode import EpisodeSpec, UserKind, run_episode
+from bench.limits import CALL_TIMEOUT_S, EPISODE_TIMEOUT_S, MAX_TOKENS
 from bench.proxy_host import ProxyHost
 from bench.records import Arm, Cell, EpisodeRecord
 from bench.store import RecordStore
@@ -49,6 +50,8 @@ class RunOptions:
     resume: bool = False
     seed: int = 300
     domain_tasks: dict[str, int] = field(default_factory=dict)  # per-domain task caps
+    episode_timeout: float | None = EPISODE_TIMEOUT_S  # None: no wall-clock limit
+    max_tokens: int = MAX_TOKENS
 
 
 def select_tasks(domain: str, count: int | None, ids: list[str] | None) -> list[Task]:
@@ -140,6 +143,7 @@ def _specs(config: CellsConfig, precision: Precision, cell: Cell, arm: Arm, opti
                 user_llm_args={"api_base": user_endpoint.base_url,
                                "api_key": user_endpoint.api_key or "none",
                                "temperature": 0} if user_endpoint else {},
+                timeout=options.episode_timeout,
             )
             spec.llm_args = {**llm_args, "extra_headers": {"x-reflexguard-session":
                                                            spec.session}}
@@ -155,10 +159,18 @@ def _run_specs(specs: list[EpisodeSpec], options: RunOptions, done: set[tuple[An
     def one(spec: EpisodeSpec) -> EpisodeRecord:
         return run_episode(spec, events_for)
 
-    with ThreadPoolExecutor(max_workers=options.concurrency) as pool:
+    pool = ThreadPoolExecutor(max_workers=options.concurrency)
+    try:
         for record in pool.map(one, todo):
             store.append(record)
             progress.update(record)
+    except BaseException:
+        # Ctrl-C or SIGTERM: leave now, so that the model server and proxy are stopped by
+        # their context managers instead of after the running episode (minutes). That
+        # episode then fails fast against the stopped proxy and is not recorded.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def count_planned(config: CellsConfig, options: RunOptions) -> int:
@@ -203,7 +215,8 @@ def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
                         with ProxyHost(settings) as proxy_url:
                             llm_args = {"api_base": proxy_url, "api_key": "reflexguard",
                                         "temperature": 0.0, "num_retries": 0,
-                                        "max_tokens": 512, "timeout": 900}
+                                        "max_tokens": options.max_tokens,
+                                        "timeout": CALL_TIMEOUT_S}
                             specs = _specs(config, precision, cell, arm, options,
                                            f"openai/{model_id}", llm_args)
                             _run_specs(specs, options, done, store, progress,

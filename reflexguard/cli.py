@@ -6,9 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 from pydantic import ValidationError
+
+from reflexguard.repair import ConstrainedMode
 
 EXIT_USAGE = 2
 
@@ -37,7 +39,7 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument("--tool-call-format", choices=["openai", "content"],
                        dest="tool_call_format")
     serve.add_argument("--constrained-retry", dest="constrained_retry",
-                       choices=["off", "tool_choice", "structured_outputs", "response_format"])
+                       choices=get_args(ConstrainedMode))
     serve.add_argument("--model-variant", dest="model_variant",
                        help="embedded model variant (Q4_K_M, Q3_K_S, Q2_K)")
 
@@ -49,6 +51,8 @@ def _model_parser(commands: Any) -> None:
     quantize = actions.add_parser("quantize", help="make a lower-precision variant")
     quantize.add_argument("--to", required=True, dest="to")
     actions.add_parser("list", help="show cached variants")
+    actions.add_parser("doctor", help="check the CPU, the llama.cpp build and that every "
+                       "cached variant loads and decodes (in a subprocess), with tokens/s")
 
 
 def parser() -> argparse.ArgumentParser:

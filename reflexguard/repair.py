@@ -10,6 +10,7 @@ cache still covers the original conversation.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from reflexguard.completion import message_of
@@ -31,16 +32,21 @@ ECHO_LIMIT = 4096  # echoed arguments past this are replaced by {} (the error sa
 
 def _echoable(call: ToolCall) -> ToolCall:
     """The call as it can be shown back: chat templates parse echoed arguments as JSON,
-    and may read template markers in them as special tokens. Defanging only inserts
-    spaces inside JSON strings (markers cannot occur elsewhere), so JSON stays JSON."""
+    and may read template markers in them as special tokens. The arguments are parsed
+    and written again (so `\\u003c|` escapes cannot hide a marker), then defanged, which
+    only inserts spaces inside JSON strings, so JSON stays JSON."""
     name = defang(call.name, QUOTE_LIMIT)
     if len(call.arguments) > ECHO_LIMIT:
         return ToolCall(id=call.id, name=name, arguments="{}")
     try:
-        parse_arguments(call.arguments)
+        parsed = parse_arguments(call.arguments)
     except _Malformed:
         return ToolCall(id=call.id, name=name, arguments="{}")
-    return ToolCall(id=call.id, name=name, arguments=defang(call.arguments, ECHO_LIMIT))
+    try:
+        plain = json.dumps(parsed, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return ToolCall(id=call.id, name=name, arguments="{}")
+    return ToolCall(id=call.id, name=name, arguments=defang(plain, len(plain)))
 
 
 def repair_messages(

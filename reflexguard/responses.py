@@ -18,12 +18,28 @@ def json_error(status: int, message: str, param: str | None = None,
                         content_type=JSON)
 
 
-def _is_openai_error(body: bytes) -> bool:
+def _as_openai_error(body: bytes, status: int) -> bytes | None:
+    """An upstream JSON error in OpenAI's four-key shape: its own bytes when it already
+    is one, else its message (and type, param, code where given) re-wrapped."""
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(value, dict) and isinstance(value.get("error"), dict | str)
+        return None
+    error = value.get("error") if isinstance(value, dict) else None
+    if isinstance(error, str):
+        return error_body(status, clip(error, 2000), code="upstream_error")
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return None
+    if set(error) == {"message", "type", "param", "code"} and set(value) == {"error"}:
+        return body
+    wrapped = {"message": error["message"],
+               "type": error.get("type") if isinstance(error.get("type"), str) else None,
+               "param": error.get("param") if isinstance(error.get("param"), str) else None,
+               "code": error.get("code") if isinstance(error.get("code"), str | int) else None}
+    if wrapped["type"] is None:
+        return error_body(status, wrapped["message"], wrapped["param"],
+                          str(wrapped["code"]) if wrapped["code"] is not None else None)
+    return orjson.dumps({"error": wrapped})
 
 
 def upstream_error(exc: UpstreamFailure) -> web.Response:
@@ -31,8 +47,9 @@ def upstream_error(exc: UpstreamFailure) -> web.Response:
     a load balancer, an empty body) is wrapped in OpenAI's format with the same status;
     unreachable is 502, a timeout 504."""
     if isinstance(exc, UpstreamHTTPError):
-        if _is_openai_error(exc.body):
-            return web.Response(status=exc.status, body=exc.body, content_type=JSON)
+        body = _as_openai_error(exc.body, exc.status)
+        if body is not None:
+            return web.Response(status=exc.status, body=body, content_type=JSON)
         text = clip(exc.body.decode("utf-8", "replace").strip(), 200)
         what = repr(text) if text else "an empty body"
         return json_error(exc.status, f"upstream answered {exc.status} with {what}",

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from reflexguard.bodies import UndecodableBody, decoded_body
 from reflexguard.config import Settings
 from reflexguard.errors import BadRequest, error_body
 from reflexguard.fixes import FixPolicy
@@ -157,14 +158,12 @@ class Guard:
 
     async def _body(self, request: web.Request) -> bytes:
         try:
-            return await request.read()
+            raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise BadRequest(f"request body exceeds {self.settings.max_body_bytes} bytes",
                              status=413, code="request_too_large") from None
-        except web.RequestPayloadError as exc:  # a gzip/deflate body that does not inflate
-            reason = str(exc).splitlines()[-1].strip() or "undecodable"
-            raise UndecodableBody(f"request body cannot be decoded: {reason}",
-                                  code="invalid_body_encoding") from None
+        return decoded_body(raw, request.headers.get("Content-Encoding"),
+                            self.settings.max_body_bytes)
 
     def _denied(self, request: web.Request) -> web.Response | None:
         """The admin routes' bearer check, when `admin_token` is set."""
@@ -192,10 +191,6 @@ class Guard:
     async def _pass_stream(self, request: web.Request, raw: bytes,
                            headers: dict[str, str]) -> web.StreamResponse:
         return await byte_stream(self, request, raw, headers)
-
-
-class UndecodableBody(BadRequest):
-    """The body's Content-Encoding does not decode: the rest of it is unreadable too."""
 
 
 def bad_request(exc: BadRequest) -> web.Response:
@@ -344,7 +339,9 @@ def build_app(settings: Settings, upstream_url: str | None = None,
                             settings.upstream_connect_timeout, settings.upstream_max_connections)
     telemetry = Telemetry(settings.events)
     guard = Guard(settings, upstream, telemetry)
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors])
+    # auto_decompress off: bodies are decoded in `decoded_body`, bounded, with our errors.
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors],
+                          handler_args={"auto_decompress": False})
     app[UPSTREAM_KEY] = upstream
     app[GUARD_KEY] = guard
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from reflexguard.completion import choices_of, reply_of
 from reflexguard.guard import agent_completion, read_attempt, returned_attempt
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
     from reflexguard.server import Guard, GuardedCall
 
 EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-STREAM_FAULTS = (aiohttp.ClientError, asyncio.TimeoutError)
+# HttpProcessingError: aiohttp's LineTooLong for an SSE line over its 512 KiB limit.
+STREAM_FAULTS = (aiohttp.ClientError, asyncio.TimeoutError, HttpProcessingError)
 # The prepared response, for the error middleware.
 STREAM_KEY: web.RequestKey[web.StreamResponse] = web.RequestKey("stream", web.StreamResponse)
 

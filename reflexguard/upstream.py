@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yarl
 
 from reflexguard.guard import UpstreamFailure
 from reflexguard.limits import DEFAULT_MAX_JSON_DEPTH, depth_exceeds, nesting_could_exceed
@@ -71,6 +72,12 @@ class Upstream:
         connect_timeout: float = 10.0,
         max_connections: int = 256,
     ) -> None:
+        url = yarl.URL(base_url)
+        # Credentials in the URL become an explicit header: aiohttp refuses a URL with
+        # user:password together with the Authorization header every SDK sends.
+        self._url_auth = (aiohttp.encode_basic_auth(url.user or "", url.password or "")
+                          if url.user is not None else None)
+        base_url = str(url.with_user(None)) if url.user is not None else base_url
         self.base_url = base_url if base_url.rstrip("/").count("/") > 2 else base_url + "/v1"
         self._api_key = api_key
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
@@ -105,6 +112,8 @@ class Upstream:
                 headers[name] = value
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
+        elif self._url_auth:
+            headers["authorization"] = self._url_auth
         return headers
 
     def url(self, path: str) -> str:

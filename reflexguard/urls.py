@@ -9,6 +9,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 # After decoding, a path segment may not hide a separator, a query, a fragment or
 # another level of encoding: each of those was a way out of /v1 (docs/reliability.md).
 _FORBIDDEN = ("\\", "?", "#", "%", "\x00")
+_ENCODED_SEPARATORS = ("%2f", "%5c")
 
 
 class UnsafePath(ValueError):
@@ -31,6 +32,8 @@ def passthrough_tail(raw_path: str) -> str:
     if not path.startswith("/v1/"):
         raise UnsafePath("path must be below /v1/")
     raw_tail = path[len("/v1/"):]
+    if any(sep in raw_tail.lower() for sep in _ENCODED_SEPARATORS):
+        raise UnsafePath("path hides an encoded separator")
     if "%" in raw_tail:
         once = unquote(raw_tail)
         if not _clean(once) or not _clean(unquote(once)):

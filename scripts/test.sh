@@ -5,6 +5,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
 .venv/bin/reflexguard model fetch
+# Does this machine run the llama.cpp build (each cached variant, in a subprocess)?
+.venv/bin/reflexguard model doctor
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

@@ -1,8 +1,11 @@
-"""The embedded upstream as a managed child: llama-cpp-python's OpenAI server on loopback.
+"""The embedded upstream as a child process: llama-cpp-python's OpenAI server on loopback.
 
-This is an I/O edge. The child is started on a free port, reported healthy only once
-`/v1/models` answers, stopped with SIGTERM (then SIGKILL), and its death while serving
-is noticed and reported with the end of its log.
+This is an I/O edge. `launch` starts the child on a free port and returns at once (the
+supervisor waits for it asynchronously); `model_server` is the blocking form the bench
+and the real-model tests use. Either way a child counts as ready only once `/v1/models`
+answers AND it has decoded one token: a build with instructions this CPU cannot run
+loads fine and dies with SIGILL on its first decode, so loading alone proves nothing.
+Children die with their parent (lifetime.py).
 """
 
 from __future__ import annotations
@@ -18,10 +21,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from reflexguard.embedded import store
+import orjson
+
+from reflexguard.embedded import lifetime, store
+from reflexguard.embedded.exits import describe_exit
+from reflexguard.embedded.lifetime import stop
 from reflexguard.loopback import free_port
 
 HEALTH_TIMEOUT = 180.0
+# One greedy token: enough to run every kernel a real request runs, cheap on any CPU.
+DECODE_PROBE = {"prompt": "Hello", "max_tokens": 1, "temperature": 0.0}
 
 
 class ChildFailed(Exception):
@@ -34,6 +43,7 @@ class ModelServer:
     base_url: str
     log_path: Path
     variant: str
+    follows_parent: bool = True
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -45,13 +55,15 @@ class ModelServer:
             return ""
         return " | ".join(text[-lines:])
 
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+    def death(self) -> str:
+        """One line: how it ended, the likely cause, and the end of its log."""
+        code = self.process.returncode
+        if code is None:
+            return f"embedded model server ({self.variant}) is still running"
+        reason = describe_exit(code)
+        tail = self.log_tail() or "(its log is empty)"
+        return (f"embedded model server ({self.variant}) died: {reason.what}; likely cause: "
+                f"{reason.cause}; last log lines: {tail}; full log: {self.log_path}")
 
 
 def command(model: Path, port: int, n_ctx: int, threads: int) -> list[str]:
@@ -63,45 +75,66 @@ def command(model: Path, port: int, n_ctx: int, threads: int) -> list[str]:
     ]
 
 
-@contextmanager
-def model_server(variant: str, n_ctx: int = 8192, threads: int | None = None) -> Iterator[
-        ModelServer]:
-    """A running embedded model server; it is stopped when the block ends."""
+def check_runtime() -> None:
     try:
         import llama_cpp  # noqa: F401  (only to fail early with a clear message)
     except ImportError:
         raise ChildFailed("llama-cpp-python is not installed; run scripts/setup.sh") from None
-    model = store.ensure(variant)
+
+
+def launch(variant: str, model: Path, n_ctx: int = 8192, threads: int | None = None,
+           ) -> ModelServer:
+    """Start the child and return at once; it is not ready yet."""
     port = free_port()
     logs = store.home() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"llama-server-{variant}-{port}.log"
     threads = threads or os.cpu_count() or 1
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command(model, port, n_ctx, threads), stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = ModelServer(process, f"http://127.0.0.1:{port}/v1", log_path, variant)
+        spawned = lifetime.spawn(command(model, port, n_ctx, threads), log)
+    return ModelServer(spawned.process, f"http://127.0.0.1:{port}/v1", log_path, variant,
+                       spawned.follows_parent)
+
+
+def _answers(url: str, body: bytes | None = None, timeout: float = 2.0) -> bool:
+    request = urllib.request.Request(url, data=body,
+                                     headers={"Content-Type": "application/json"})
     try:
-        deadline = time.monotonic() + HEALTH_TIMEOUT
-        while not _healthy(server.base_url + "/models"):
-            if not server.alive():
-                raise ChildFailed(f"embedded model server exited with code "
-                                  f"{process.returncode}: {server.log_tail()}")
-            if time.monotonic() > deadline:
-                raise ChildFailed(f"embedded model server not healthy after "
-                                  f"{HEALTH_TIMEOUT:.0f} s; log: {log_path}")
-            time.sleep(0.25)
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_ready(server: ModelServer, timeout: float = HEALTH_TIMEOUT) -> None:
+    """Block until the child serves and has decoded a token; ChildFailed otherwise."""
+    deadline = time.monotonic() + timeout
+    loaded = False
+    while True:
+        if not server.alive():
+            raise ChildFailed(server.death())
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            what = "decoded a token" if loaded else "answered /v1/models"
+            raise ChildFailed(f"embedded model server ({server.variant}) has not {what} "
+                              f"after {timeout:.0f} s; log: {server.log_path}")
+        if not loaded:
+            loaded = _answers(server.base_url + "/models")
+        elif _answers(server.base_url + "/completions", orjson.dumps(DECODE_PROBE),
+                      timeout=max(1.0, remaining)):
+            return
+        time.sleep(0.25)
+
+
+@contextmanager
+def model_server(variant: str, n_ctx: int = 8192, threads: int | None = None) -> Iterator[
+        ModelServer]:
+    """A running embedded model server; it is stopped when the block ends."""
+    check_runtime()
+    server = launch(variant, store.ensure(variant), n_ctx, threads)
+    try:
+        wait_ready(server)
         yield server
     finally:
-        stop(process)
+        stop(server.process)
 
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)

@@ -1,4 +1,4 @@
-"""`reflexguard model fetch | quantize | list`."""
+"""`reflexguard model fetch | quantize | list | doctor`. An I/O edge: it prints."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from reflexguard.embedded.variants import variant
 def run_model_command(args: argparse.Namespace) -> int:
     from reflexguard.cli import CliError
 
+    if args.action == "doctor":
+        from reflexguard.embedded import doctor
+
+        return doctor.run()
     try:
         if args.action == "fetch":
             path = store.fetch()
