@@ -15,9 +15,9 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from bench.cells import DOMAINS, load_cells, simulated_cells
-from bench.limits import EPISODE_TIMEOUT_S, MAX_TOKENS
-from reflexguard.cli import OneLineParser
+from bench.tau2.cells import DOMAINS, load_cells, simulated_cells
+from bench.tau2.limits import EPISODE_TIMEOUT_S, MAX_TOKENS
+from reflexguard.cli.main import OneLineParser
 from reflexguard.embedded.lifetime import Terminated, sigterm_as_interrupt
 
 RETAIL_SUBSET = 5
@@ -71,11 +71,11 @@ def main(argv: list[str] | None = None) -> None:
         unknown = [c for c in simulated if c not in SIMULATED_CHANNELS]
         if unknown:
             _fail(f"unknown simulated error channel(s): {', '.join(unknown)}")
-    from reflexguard.telemetry import configure_logging
+    from reflexguard.ops.telemetry import configure_logging
 
     configure_logging("warning")
-    from bench.report import build_report
-    from bench.runner import BenchError, RunOptions, run
+    from bench.report.writer import build_report
+    from bench.tau2.runner import BenchError, RunOptions, run
 
     try:
         config = simulated_cells(simulated) if simulated is not None else load_cells(args.cells)

@@ -17,13 +17,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.embedded_run import RunResult, run_prompts
-from reflexguard.channels import Channel
-from reflexguard.completion import choices_of, reply_of
+from bench.figures.embedded_run import RunResult, run_prompts
+from reflexguard.core.channels import Channel
+from reflexguard.core.completion import choices_of, reply_of
+from reflexguard.core.toolset import ToolSetCache
+from reflexguard.core.validate import CallRules, validate_reply
 from reflexguard.embedded.child import model_server
 from reflexguard.embedded.variants import VARIANTS
-from reflexguard.toolset import ToolSetCache
-from reflexguard.validate import CallRules, validate_reply
 
 ARMS: dict[str, dict[str, Any]] = {
     "off": {"repair": False},

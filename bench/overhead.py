@@ -22,9 +22,9 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.workload import REQUEST_BYTES, TOOLS
+from bench.perf.workload import REQUEST_BYTES, TOOLS
 from reflexguard.embedded import lifetime
-from reflexguard.loopback import free_port
+from reflexguard.ops.loopback import free_port
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -111,11 +111,11 @@ def validation_micro() -> tuple[float, float]:
     """Microseconds to validate one valid call, against parsing its arguments alone."""
     import orjson
 
-    from bench.workload import ANSWER
-    from reflexguard.completion import reply_of
-    from reflexguard.request import GroundingPolicy, read_request
-    from reflexguard.toolset import ToolSetCache
-    from reflexguard.validate import validate_reply
+    from bench.perf.workload import ANSWER
+    from reflexguard.core.completion import reply_of
+    from reflexguard.core.toolset import ToolSetCache
+    from reflexguard.core.validate import validate_reply
+    from reflexguard.dialects.chat_request import GroundingPolicy, read_request
 
     cache = ToolSetCache()
     rules = read_request(REQUEST_BYTES, cache, GroundingPolicy()).rules
@@ -146,8 +146,8 @@ def main() -> None:
     print(f"reflexguard overhead benchmark: {len(TOOLS)} tools, valid non-streamed "
           f"tool calls, {args.requests} requests per point, {os.cpu_count()} cores")
     print("upstream: a fast fake (fixed simulated answer), so every figure is proxy cost")
-    with process(["-m", "bench.fast_upstream", "--port", str(upstream_port)], upstream_port), \
-            process(["-m", "bench.minimal_proxy", "--upstream", upstream, "--port",
+    with process(["-m", "bench.perf.fast_upstream", "--port", str(upstream_port)], upstream_port), \
+            process(["-m", "bench.perf.minimal_proxy", "--upstream", upstream, "--port",
                      str(baseline_port)], baseline_port) as baseline, \
             process(["-m", "reflexguard", "serve", "--upstream", upstream, "--port",
                      str(guard_port)], guard_port) as guard:

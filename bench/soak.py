@@ -1,7 +1,7 @@
 """`python -m bench.soak`: rounds of concurrent, mixed requests through reflexguard, against
 a scripted fake upstream that injects faults. Nothing may be lost or crossed.
 
-The upstream is a fake (`bench.soak_upstream`): slow replies, 500s, HTML 502s, cut
+The upstream is a fake (`bench.perf.soak_upstream`): slow replies, 500s, HTML 502s, cut
 bodies and streams, garbage, hangs past the timeout, invalid calls that need a repair,
 and text that once wedged the event loop. reflexguard runs as its own process, as in
 production; everything listens on 127.0.0.1. Each request carries a unique id that the
@@ -36,9 +36,9 @@ import aiohttp
 import orjson
 import psutil
 
-from bench.soak_upstream import HANG_SECONDS, SCENARIOS
-from bench.workload import REQUEST
-from reflexguard.loopback import free_port
+from bench.perf.soak_upstream import HANG_SECONDS, SCENARIOS
+from bench.perf.workload import REQUEST
+from reflexguard.ops.loopback import free_port
 
 RID = re.compile(rb"soak-[0-9a-f]{12}")
 ABANDON_AFTER = 0.3  # seconds before the client walks away in the "abort" scenario
@@ -209,7 +209,7 @@ def main() -> int:
     args = parser.parse_args()
     upstream_port, proxy_port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    print("reflexguard soak — the upstream is a SCRIPTED FAKE (bench.soak_upstream), "
+    print("reflexguard soak — the upstream is a SCRIPTED FAKE (bench.perf.soak_upstream), "
           "not a model; loopback only")
     print(f"{args.rounds} rounds × {args.requests} requests, concurrency {args.concurrency}, "
           f"seed {args.seed}, {os.cpu_count()} cores; scenarios (%): "
@@ -221,7 +221,8 @@ def main() -> int:
     everything: list[Result] = []
     total_lost = total_crossed = 0
     started = time.monotonic()
-    with child(["-m", "bench.soak_upstream", "--port", str(upstream_port)], upstream_port, {}), \
+    upstream_args = ["-m", "bench.perf.soak_upstream", "--port", str(upstream_port)]
+    with child(upstream_args, upstream_port, {}), \
             child(["-m", "reflexguard", "serve", "--upstream", upstream, "--port",
                    str(proxy_port)], proxy_port, PROXY_ENV) as guard:
         proxy = psutil.Process(guard.pid)

@@ -1,3 +1,3 @@
-from reflexguard.cli import main
+from reflexguard.cli.main import main
 
 main()

@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bench.fake_upstream import FakeUpstream
-from reflexguard.config import Settings
-from reflexguard.server import build_app
+from reflexguard.http.app import build_app
+from reflexguard.ops.config import Settings
+from tests.fakes.fake_upstream import FakeUpstream
 
 WEATHER_TOOL = {
     "type": "function",

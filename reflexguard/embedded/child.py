@@ -23,10 +23,10 @@ from pathlib import Path
 
 import orjson
 
-from reflexguard.embedded import lifetime, store
+from reflexguard.embedded import lifetime, model_store
 from reflexguard.embedded.exits import describe_exit
 from reflexguard.embedded.lifetime import stop
-from reflexguard.loopback import free_port
+from reflexguard.ops.loopback import free_port
 
 HEALTH_TIMEOUT = 180.0
 # One greedy token: enough to run every kernel a real request runs, cheap on any CPU.
@@ -86,7 +86,7 @@ def launch(variant: str, model: Path, n_ctx: int = 8192, threads: int | None = N
            ) -> ModelServer:
     """Start the child and return at once; it is not ready yet."""
     port = free_port()
-    logs = store.home() / "logs"
+    logs = model_store.home() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"llama-server-{variant}-{port}.log"
     threads = threads or os.cpu_count() or 1
@@ -131,7 +131,7 @@ def model_server(variant: str, n_ctx: int = 8192, threads: int | None = None) ->
         ModelServer]:
     """A running embedded model server; it is stopped when the block ends."""
     check_runtime()
-    server = launch(variant, store.ensure(variant), n_ctx, threads)
+    server = launch(variant, model_store.ensure(variant), n_ctx, threads)
     try:
         wait_ready(server)
         yield server

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reflexguard.embedded import cpu, store
+from reflexguard.embedded import cpu, model_store
 from reflexguard.embedded.exits import describe_exit
 
 PROBE_TIMEOUT = 600.0  # load + 300 prompt tokens + 32 decodes; minutes only on a slow CPU
@@ -74,7 +74,7 @@ def build_key() -> str | None:
 def cmake_args(key: str | None) -> tuple[str | None, Path | None]:
     if key is None:
         return None, None
-    path = store.home() / "wheels" / f"llama-cpp-python-{key}" / "CMAKE_ARGS"
+    path = model_store.home() / "wheels" / f"llama-cpp-python-{key}" / "CMAKE_ARGS"
     try:
         return path.read_text().strip(), path
     except OSError:
@@ -120,9 +120,9 @@ def _build_report(flags: set[str]) -> str | None:
 
 
 def _variants_report() -> str | None:
-    cached = [row for row in store.listing() if row.size]
+    cached = [row for row in model_store.listing() if row.size]
     if not cached:
-        _line("variants", f"none cached in {store.models_dir()}")
+        _line("variants", f"none cached in {model_store.models_dir()}")
         return "no model is cached: run `reflexguard model fetch` (and optionally " \
                "`reflexguard model quantize --to Q2_K`)"
     threads = str(os.cpu_count() or 1)

@@ -15,7 +15,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import aiohttp
 
 from reflexguard.embedded.supervisor import Supervisor
-from reflexguard.upstream import RawResponse, Upstream, UpstreamFailure, UpstreamUnreachable
+from reflexguard.http.upstream import RawResponse, Upstream, UpstreamFailure, UpstreamUnreachable
 
 PLACEHOLDER = "http://127.0.0.1:0/v1"  # never dialled: url() asks the supervisor
 

@@ -24,7 +24,7 @@ from prometheus_client import Counter as PromCounter
 from reflexguard.embedded import lifetime
 from reflexguard.embedded.child import DECODE_PROBE, ModelServer
 from reflexguard.embedded.exits import describe_exit
-from reflexguard.telemetry import Telemetry
+from reflexguard.ops.telemetry import Telemetry
 
 State = Literal["starting", "ready", "restarting", "failed"]
 Launcher = Callable[[], ModelServer]  # starts a child and returns at once

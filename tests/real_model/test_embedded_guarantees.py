@@ -16,12 +16,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.embedded_run import PromptResult, RunResult, run_prompts
-from reflexguard.completion import choices_of, lift_text_calls, reply_of
+from bench.figures.embedded_run import PromptResult, RunResult, run_prompts
+from reflexguard.core.completion import choices_of, lift_text_calls, reply_of
+from reflexguard.core.model import ToolChoice
+from reflexguard.core.toolset import ToolSetCache
+from reflexguard.core.validate import CallRules, validate_reply
 from reflexguard.embedded.child import ModelServer
-from reflexguard.model import ToolChoice
-from reflexguard.toolset import ToolSetCache
-from reflexguard.validate import CallRules, validate_reply
 
 pytestmark = pytest.mark.real_model
 MAX_REPAIRS = 2

@@ -17,7 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from reflexguard.loopback import free_port
+from reflexguard.ops.loopback import free_port
 
 pytestmark = pytest.mark.real_model
 

@@ -1,0 +1,254 @@
+"""The repair ladder: validate, fix, re-ask, constrain, give up. I/O is injected.
+
+`run_ladder` never opens a socket itself: it is handed a `send` coroutine that posts a
+body upstream and returns the completion. Tests drive it with a fake upstream behind
+the real HTTP client; the server drives it with the pooled aiohttp client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt
+
+from reflexguard.core.channels import Channel
+from reflexguard.core.completion import choices_of, lift_text_calls, reply_of, sum_usage, with_reply
+from reflexguard.core.fixes import FixPolicy, apply_fixes
+from reflexguard.core.model import JsonObject, Reply, Verdict
+from reflexguard.core.repair import ConstrainedMode, constrain, reask_body
+from reflexguard.core.validate import CallRules, validate_reply
+
+AttemptKind = Literal["initial", "fix", "reask", "constrained"]
+Outcome = Literal[
+    "clean", "observed", "fixed_by_fix", "fixed_by_reask", "fixed_by_constrained", "exhausted",
+    "not_repaired",
+]
+OnExhausted = Literal["passthrough", "original", "error"]
+MAX_REPAIRS_CEILING = 10
+FIX_PASSES = 2
+
+
+class UpstreamFailure(Exception):
+    """Raised by a `send` coroutine when the upstream did not produce a completion."""
+
+
+@dataclass(frozen=True)
+class GuardPolicy:
+    repair: bool = True
+    max_repairs: int = 2
+    constrained: ConstrainedMode = "off"
+    fixes: FixPolicy = field(default_factory=FixPolicy)
+    lift_text_calls: bool = False
+    on_exhausted: OnExhausted = "passthrough"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    kind: AttemptKind
+    completion: JsonObject
+    replies: tuple[Reply, ...]
+    verdicts: tuple[Verdict, ...]
+    upstream_seconds: float
+    fixes: tuple[str, ...] = ()
+    lifted: bool = False
+
+    @property
+    def valid(self) -> bool:
+        return all(v.valid for v in self.verdicts)
+
+    @property
+    def reply(self) -> Reply:
+        return self.replies[0] if self.replies else Reply()
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.verdicts[0] if self.verdicts else Verdict()
+
+    @property
+    def changed(self) -> bool:
+        """Whether the agent must get a rewritten body rather than the upstream's bytes."""
+        return self.kind != "initial" or bool(self.fixes) or self.lifted
+
+
+@dataclass
+class LadderResult:
+    attempts: list[Attempt]
+    outcome: Outcome
+    fallbacks: list[str] = field(default_factory=list)
+    failed_calls: int = 0  # upstream calls that produced no completion
+
+    @property
+    def final(self) -> Attempt:
+        return self.attempts[-1]
+
+    @property
+    def upstream_calls(self) -> int:
+        return sum(1 for a in self.attempts if a.kind != "fix") + self.failed_calls
+
+    @property
+    def violations(self) -> int:
+        return sum(len(v.violations) for a in self.attempts for v in a.verdicts)
+
+
+Send = Callable[[JsonObject], Awaitable[JsonObject]]
+OnAttempt = Callable[[Attempt], None]
+
+
+def _only_ungrounded(verdict: Verdict) -> bool:
+    """An invented identifier is fixed by asking the user, which a forced call forbids."""
+    violations = verdict.violations
+    return bool(violations) and all(v.channel is Channel.UNGROUNDED_ENTITY for v in violations)
+
+
+def read_attempt(
+    number: int, kind: AttemptKind, completion: JsonObject, rules: CallRules,
+    lift: bool, seconds: float,
+) -> Attempt:
+    read = [reply_of(choice) for choice in choices_of(completion)] or [Reply()]
+    replies = [lift_text_calls(r) for r in read] if lift else read
+    verdicts = tuple(validate_reply(r, rules) for r in replies)
+    lifted = any(a is not b for a, b in zip(read, replies, strict=True))
+    return Attempt(number, kind, completion, tuple(replies), verdicts, seconds, lifted=lifted)
+
+
+def _fixed(attempt: Attempt, rules: CallRules, policy: FixPolicy) -> Attempt | None:
+    reply, verdict, applied = attempt.reply, attempt.verdict, list[str]()
+    for _ in range(FIX_PASSES):
+        reply, fixes = apply_fixes(reply, verdict, rules.toolset, policy)
+        if not fixes:
+            break
+        applied.extend(fixes)
+        verdict = validate_reply(reply, rules)
+        if verdict.valid:
+            break
+    if not applied:
+        return None
+    return Attempt(
+        attempt.number, "fix", attempt.completion, (reply,), (verdict,), 0.0, tuple(applied),
+        lifted=attempt.lifted,
+    )
+
+
+async def run_ladder(
+    body: JsonObject,
+    first: Attempt,
+    rules: CallRules,
+    policy: GuardPolicy,
+    send: Send,
+    on_attempt: OnAttempt,
+) -> LadderResult:
+    attempts = [first]
+    on_attempt(first)
+    if first.valid:
+        return LadderResult(attempts, "clean")
+    if not policy.repair:
+        return LadderResult(attempts, "observed")
+    if len(first.replies) != 1:
+        return LadderResult(attempts, "not_repaired", ["multiple_choices_not_repaired"])
+    truncated = first.reply.finish_reason == "length"
+    if truncated and policy.constrained == "off":
+        # A reply cut off at max_tokens would be cut off again: re-asking only costs time.
+        return LadderResult(attempts, "not_repaired", ["truncated_reply_not_repaired"])
+
+    def fix(attempt: Attempt) -> Attempt:
+        fixed = _fixed(attempt, rules, policy.fixes)
+        if fixed is None:
+            return attempt
+        attempts.append(fixed)
+        on_attempt(fixed)
+        return fixed
+
+    latest = fix(first)
+    if latest.valid:
+        return LadderResult(attempts, "fixed_by_fix")
+    repairs = min(policy.max_repairs, MAX_REPAIRS_CEILING)
+    fallbacks: list[str] = []
+    if truncated and repairs > 0:
+        # A free re-ask would run into max_tokens again; one constrained call is short.
+        repairs = 1
+        fallbacks.append("truncated_reply_constrained_only")
+    if repairs <= 0:
+        return LadderResult(attempts, "exhausted", ["exhausted"])
+    failed_calls = 0
+
+    async def reask() -> Attempt:
+        nonlocal latest, failed_calls
+        number = len([a for a in attempts if a.kind != "fix"]) + 1
+        is_last = number == repairs + 1
+        request = reask_body(body, latest.reply, latest.verdict, rules.toolset)
+        kind: AttemptKind = "reask"
+        if is_last and policy.constrained != "off" and not _only_ungrounded(latest.verdict):
+            request = constrain(request, policy.constrained, latest.reply, latest.verdict,
+                                rules.toolset)
+            kind = "constrained"
+        json_mode = kind == "constrained" and policy.constrained != "tool_choice"
+        started = time.perf_counter()
+        try:
+            completion = await send(request)
+        except UpstreamFailure:
+            failed_calls += 1
+            raise
+        attempt = read_attempt(
+            number, kind, completion, rules, policy.lift_text_calls or json_mode,
+            time.perf_counter() - started,
+        )
+        attempts.append(attempt)
+        on_attempt(attempt)
+        latest = fix(attempt) if not attempt.valid else attempt
+        return latest
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(repairs),
+        retry=retry_if_result(lambda attempt: not attempt.valid),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+        reraise=True,
+    )
+    try:
+        await retrying(reask)
+    except UpstreamFailure:
+        fallbacks.append("repair_upstream_error")
+    final = attempts[-1]
+    if final.valid:
+        outcome: Outcome = "fixed_by_constrained" if final.kind == "constrained" or (
+            final.kind == "fix" and attempts[-2].kind == "constrained") else "fixed_by_reask"
+        return LadderResult(attempts, outcome, fallbacks, failed_calls)
+    return LadderResult(attempts, "exhausted", [*fallbacks, "exhausted"], failed_calls)
+
+
+def returned_attempt(result: LadderResult, on_exhausted: OnExhausted) -> Attempt:
+    """The attempt whose reply the agent gets: the final one, or after an exhausted ladder
+    with `on_exhausted: original`, the model's first answer (exactly what the agent would
+    have had without reflexguard)."""
+    if result.outcome == "exhausted" and on_exhausted == "original":
+        return result.attempts[0]
+    return result.final
+
+
+def agent_completion(result: LadderResult, final: Attempt | None = None) -> JsonObject:
+    """What the agent receives: the returned reply, with usage summed over every attempt.
+
+    When a re-ask produced the calls, the model's prose is dropped: it answers our repair
+    prompt, not the agent, and would leak the repair into the agent's history.
+    """
+    final = final or result.final
+    reply = final.reply
+    if final.valid and final.number > 1 and reply.tool_calls:
+        reply = Reply(content=None, tool_calls=reply.tool_calls, finish_reason="tool_calls")
+    elif reply.tool_calls and reply.finish_reason in (None, "stop"):
+        reply = Reply(content=reply.content, tool_calls=reply.tool_calls,
+                      finish_reason="tool_calls")
+    completion = with_reply(final.completion, reply)
+    seen: set[int] = set()
+    usages = []
+    for attempt in result.attempts:
+        if id(attempt.completion) not in seen:
+            seen.add(id(attempt.completion))
+            usages.append(attempt.completion.get("usage"))
+    total = sum_usage(usages)
+    if total is not None:
+        completion["usage"] = {**(final.completion.get("usage") or {}), **total}
+    return completion

@@ -1,0 +1,150 @@
+"""Building the requests of the repair ladder. Nothing here does I/O.
+
+Every function returns new objects: the caller's body and message list are never
+mutated, because the agent may reuse them (instructor shipped that bug).
+
+Each re-ask shows the model only its latest failed reply, not the whole history of
+failures, so the prompt grows by one exchange at most and the upstream's prefix
+cache still covers the original conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from reflexguard.core.completion import message_of
+from reflexguard.core.feedback import (
+    QUOTE_LIMIT,
+    closest_names,
+    defang,
+    describe_call_error,
+    describe_reply_error,
+)
+from reflexguard.core.model import JsonObject, Reply, ToolCall, Verdict
+from reflexguard.core.toolset import ToolSet
+from reflexguard.core.validate import _Malformed, parse_arguments
+
+ConstrainedMode = Literal["off", "tool_choice", "structured_outputs", "response_format"]
+STREAM_ONLY_FIELDS = ("stream", "stream_options")
+ECHO_LIMIT = 4096  # echoed arguments past this are replaced by {} (the error says why)
+
+
+def _echoable(call: ToolCall) -> ToolCall:
+    """The call as it can be shown back: chat templates parse echoed arguments as JSON,
+    and may read template markers in them as special tokens. The arguments are parsed
+    and written again (so `\\u003c|` escapes cannot hide a marker), then defanged, which
+    only inserts spaces inside JSON strings, so JSON stays JSON."""
+    name = defang(call.name, QUOTE_LIMIT)
+    if len(call.arguments) > ECHO_LIMIT:
+        return ToolCall(id=call.id, name=name, arguments="{}")
+    try:
+        parsed = parse_arguments(call.arguments)
+    except _Malformed:
+        return ToolCall(id=call.id, name=name, arguments="{}")
+    try:
+        plain = json.dumps(parsed, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return ToolCall(id=call.id, name=name, arguments="{}")
+    return ToolCall(id=call.id, name=name, arguments=defang(plain, len(plain)))
+
+
+def repair_messages(
+    messages: list[Any], reply: Reply, verdict: Verdict, toolset: ToolSet
+) -> list[Any]:
+    """The original messages, the failed reply, and what is wrong with it."""
+    offered = toolset.names
+    if reply.tool_calls:
+        # Content is "" rather than null: llama-cpp-python rejects null assistant content.
+        shown = Reply(content=defang(reply.content or "", ECHO_LIMIT),
+                      tool_calls=tuple(map(_echoable, reply.tool_calls)))
+        by_index = {v.index: v for v in verdict.calls if v.index is not None}
+        feedback: list[JsonObject] = []
+        for index, call in enumerate(reply.tool_calls):
+            call_verdict = by_index[index]
+            spec = toolset.get(call.name)
+            content = describe_call_error(call_verdict, call.arguments, offered,
+                                          spec.parameters if spec else None)
+            feedback.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        return [*messages, message_of(shown), *feedback]
+    assistant = {"role": "assistant", "content": defang(reply.content or "", ECHO_LIMIT)}
+    instruction = {"role": "user", "content": describe_reply_error(list(verdict.calls), offered)}
+    return [*messages, assistant, instruction]
+
+
+def reask_body(body: JsonObject, reply: Reply, verdict: Verdict, toolset: ToolSet) -> JsonObject:
+    messages = body.get("messages")
+    assert isinstance(messages, list)  # the server checked the envelope before we got here
+    new_body = {k: v for k, v in body.items() if k not in STREAM_ONLY_FIELDS}
+    new_body["messages"] = repair_messages(messages, reply, verdict, toolset)
+    return new_body
+
+
+def intended_tools(reply: Reply, verdict: Verdict, toolset: ToolSet) -> list[str]:
+    """The offered tools the failed reply was most likely reaching for."""
+    wanted: list[str] = []
+    for call_verdict in verdict.calls:
+        if not call_verdict.name:
+            continue
+        closest = closest_names(call_verdict.name, toolset.names)
+        if closest and closest[0] not in wanted:
+            wanted.append(closest[0])
+    return wanted
+
+
+MAX_EXACT_VARIANTS = 8
+
+
+def call_schema(toolset: ToolSet, names: list[str]) -> JsonObject:
+    """A JSON Schema whose instances are exactly the valid calls of `names`.
+
+    Past MAX_EXACT_VARIANTS tools only the name is constrained and the arguments are
+    validated afterwards: a grammar over dozens of full schemas took llama.cpp minutes
+    to decode under (tau2 telecom solo offers 44 tools).
+    """
+    if len(names) > MAX_EXACT_VARIANTS:
+        return {
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": names},
+                           "arguments": {"type": "object"}},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+    variants = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": [name]},
+                "arguments": toolset.specs[name].parameters,
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for name in names
+    ]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def constrain(
+    body: JsonObject, mode: ConstrainedMode, reply: Reply, verdict: Verdict, toolset: ToolSet
+) -> JsonObject:
+    """A copy of a re-ask body that forces a well-formed call, for upstreams that can."""
+    if mode == "off" or not toolset.names:
+        return body
+    wanted = intended_tools(reply, verdict, toolset)
+    names = wanted or toolset.names
+    constrained = dict(body)
+    if mode == "tool_choice":
+        if len(names) == 1:
+            constrained["tool_choice"] = {"type": "function", "function": {"name": names[0]}}
+        else:
+            constrained["tool_choice"] = "required"
+    elif mode == "structured_outputs":
+        constrained["structured_outputs"] = {"json": call_schema(toolset, names)}
+    else:
+        # `json_object` with a `schema` is the form both llama.cpp's server and
+        # llama-cpp-python's accept (the latter rejects OpenAI's `json_schema` type).
+        constrained["response_format"] = {
+            "type": "json_object", "schema": call_schema(toolset, names),
+        }
+    return constrained

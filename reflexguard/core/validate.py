@@ -1,0 +1,125 @@
+"""Classifying every tool call of a reply into exactly one channel.
+
+Nothing here does I/O, and nothing here raises on anything a model can emit: the
+reply is untrusted input and the verdict is data.
+
+Precedence within one call: unknown_tool, malformed_args, schema_violation,
+choice_violation, ungrounded_entity, then ok. A reply without calls yields
+empty_reply, vanished_call (one per call written as text), choice_violation (a call was
+required), or nothing at all (a plain text answer is not a tool call).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from reflexguard.core.channels import Channel
+from reflexguard.core.extract import extract_calls
+from reflexguard.core.grounding import GroundingSources, ungrounded_values
+from reflexguard.core.model import CallVerdict, Reply, ToolCall, ToolChoice, Verdict
+from reflexguard.core.toolset import ToolSet
+
+MAX_ERRORS_REPORTED = 4
+
+
+@dataclass(frozen=True)
+class CallRules:
+    """What the request asked of the reply's calls."""
+
+    toolset: ToolSet
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True
+    grounding: GroundingSources | None = None
+    identifier_pattern: re.Pattern[str] | None = None
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    """The arguments as a JSON object, or _Malformed with the reason."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:  # orjson refuses integers beyond 64 bits; the stdlib does not
+            value = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise _Malformed(f"not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise _Malformed(f"a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _classify_call(index: int, call: ToolCall, rules: CallRules) -> CallVerdict:
+    def verdict(channel: Channel, detail: str = "") -> CallVerdict:
+        return CallVerdict(channel=channel, index=index, name=call.name, detail=detail)
+
+    spec = rules.toolset.get(call.name)
+    if spec is None:
+        return verdict(Channel.UNKNOWN_TOOL, f"no tool named {call.name!r} was offered")
+    try:
+        arguments = parse_arguments(call.arguments)
+    except _Malformed as exc:
+        return verdict(Channel.MALFORMED_ARGS, f"arguments are {exc}")
+    try:
+        problems = spec.errors(arguments)
+    except Exception:  # the validator's own fault: not the model's, so never re-asked
+        return CallVerdict(channel=Channel.OK, index=index, name=call.name,
+                           note="validator_error")
+    if problems:
+        return verdict(Channel.SCHEMA_VIOLATION, "; ".join(problems[:MAX_ERRORS_REPORTED]))
+    choice = rules.tool_choice
+    if choice.mode == "none":
+        return verdict(Channel.CHOICE_VIOLATION, "tool_choice is 'none' but a tool was called")
+    if choice.mode == "named" and call.name != choice.name:
+        return verdict(Channel.CHOICE_VIOLATION, f"tool_choice requires {choice.name!r}")
+    if index > 0 and not rules.parallel_tool_calls:
+        return verdict(Channel.CHOICE_VIOLATION, "parallel_tool_calls is false: one call only")
+    if rules.grounding is not None and rules.identifier_pattern is not None:
+        missing = ungrounded_values(
+            arguments, rules.grounding, rules.toolset.schema_text, rules.identifier_pattern
+        )
+        if missing:
+            listed = ", ".join(f"{k}={v!r}" for k, v in missing[:MAX_ERRORS_REPORTED])
+            return verdict(
+                Channel.UNGROUNDED_ENTITY,
+                f"{listed} appears in no user message or tool result",
+            )
+    return verdict(Channel.OK)
+
+
+def _classify_text_reply(reply: Reply, rules: CallRules) -> Verdict:
+    if reply.is_empty:
+        return Verdict(calls=(
+            CallVerdict(channel=Channel.EMPTY_REPLY, detail="neither content nor tool calls"),))
+    extraction = extract_calls(reply.content)
+    notes = (extraction.capped,) if extraction.capped else ()
+    written = extraction.calls
+    if written:
+        return Verdict(notes=notes, calls=tuple(
+            CallVerdict(
+                channel=Channel.VANISHED_CALL,
+                name=call.name,
+                detail="a tool call was written as text instead of being called",
+            )
+            for call in written
+        ))
+    if rules.tool_choice.mode in ("required", "named"):
+        wanted = rules.tool_choice.name or "a tool"
+        detail = f"tool_choice requires calling {wanted}, but the reply has no call"
+        return Verdict(notes=notes,
+                       calls=(CallVerdict(channel=Channel.CHOICE_VIOLATION, detail=detail),))
+    return Verdict(notes=notes)
+
+
+def validate_reply(reply: Reply, rules: CallRules) -> Verdict:
+    if reply.tool_calls:
+        return Verdict(calls=tuple(
+            _classify_call(i, call, rules) for i, call in enumerate(reply.tool_calls)))
+    return _classify_text_reply(reply, rules)

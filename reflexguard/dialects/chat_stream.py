@@ -1,0 +1,190 @@
+"""Assembling streamed chat-completion chunks, and writing replies back as chunks.
+
+Nothing here does I/O. Text deltas are released at once unless the text so far could
+be the start of a call written as text (`{`, `[`, a code fence, `<tool_call>`): then it
+is held with the tool-call deltas until the choice finishes and has been validated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from reflexguard.core.completion import new_call_id
+from reflexguard.core.model import JsonObject, Reply, ToolCall, as_object
+
+CALL_OPENINGS = ("{", "[", "```", "<tool_call>")
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def _could_open_call(text: str) -> bool:
+    head = text.lstrip()
+    if not head:
+        return True  # undecided until something visible arrives
+    return any(o.startswith(head[: len(o)]) or head.startswith(o) for o in CALL_OPENINGS)
+
+
+@dataclass
+class _PartialCall:
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamAssembler:
+    """Collects one streamed choice (index 0) and decides what may pass through now."""
+
+    hold_all_text: bool = False
+    content: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: JsonObject | None = None
+    template: JsonObject = field(default_factory=dict)
+    released_text: bool = False
+    pending_flush: str | None = None
+    other_choices: bool = False
+
+    def feed(self, chunk: JsonObject) -> bool:
+        """Record a chunk; True when its raw bytes may be forwarded to the client now."""
+        if not self.template:
+            self.template = {k: chunk[k] for k in ("id", "created", "model",
+                                                   "system_fingerprint") if k in chunk}
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return False
+        forward = True
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("index", 0) != 0:
+                self.other_choices = True
+                continue
+            forward = self._feed_choice(choice) and forward
+        return forward
+
+    def _feed_choice(self, choice: JsonObject) -> bool:
+        if isinstance(choice.get("finish_reason"), str):
+            self.finish_reason = choice["finish_reason"]
+        delta = as_object(choice.get("delta"))
+        forward = self.finish_reason is None
+        deltas = delta.get("tool_calls")
+        if isinstance(deltas, list) and deltas:
+            self._feed_calls(deltas)
+            forward = False
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            self.content.append(text)
+            if not self._release_text():
+                forward = False
+        return forward
+
+    def _release_text(self) -> bool:
+        """Whether this text delta may pass; may queue earlier held text for a flush."""
+        if self.released_text:
+            return True
+        if self.hold_all_text or self.calls or _could_open_call("".join(self.content)):
+            return False
+        self.released_text = True
+        if len(self.content) > 1:
+            self.pending_flush = "".join(self.content)
+            return False
+        return True
+
+    def _feed_calls(self, deltas: list[Any]) -> None:
+        for delta in deltas:
+            if not isinstance(delta, dict):
+                continue
+            index = delta.get("index", 0)
+            partial = self.calls.setdefault(index if isinstance(index, int) else 0, _PartialCall())
+            if isinstance(delta.get("id"), str):
+                partial.id = delta["id"]
+            function = as_object(delta.get("function"))
+            if isinstance(function.get("name"), str):
+                partial.name += function["name"]
+            if isinstance(function.get("arguments"), str):
+                partial.arguments.append(function["arguments"])
+
+    @property
+    def held_text(self) -> str:
+        """Text received but not yet sent to the client."""
+        return "" if self.released_text else "".join(self.content)
+
+    def reply(self) -> Reply:
+        calls = tuple(
+            ToolCall(id=p.id or new_call_id(), name=p.name, arguments="".join(p.arguments))
+            for _, p in sorted(self.calls.items())
+        )
+        return Reply(content="".join(self.content) or None, tool_calls=calls,
+                     finish_reason=self.finish_reason)
+
+    def completion(self) -> JsonObject:
+        """The stream as if it had been one non-streamed completion."""
+        reply = self.reply()
+        message: JsonObject = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}}
+                for c in reply.tool_calls
+            ]
+        completion: JsonObject = {
+            **self.template, "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+        }
+        if self.usage is not None:
+            completion["usage"] = self.usage
+        return completion
+
+
+def _chunk(template: JsonObject, delta: JsonObject, finish: str | None) -> bytes:
+    body = {
+        "id": template.get("id", "chatcmpl-reflexguard"),
+        "object": "chat.completion.chunk",
+        "created": template.get("created", int(time.time())),
+        "model": template.get("model", ""),
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return sse(orjson.dumps(body))
+
+
+def text_chunk(template: JsonObject, text: str) -> bytes:
+    return _chunk(template, {"content": text}, None)
+
+
+def reply_chunks(
+    template: JsonObject, reply: Reply, text: str | None, usage: JsonObject | None
+) -> list[bytes]:
+    """SSE events that finish a choice: optional text, the calls, the finish, usage, DONE."""
+    events: list[bytes] = []
+    if text:
+        events.append(_chunk(template, {"content": text}, None))
+    for index, call in enumerate(reply.tool_calls):
+        delta = {"tool_calls": [{
+            "index": index, "id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }]}
+        events.append(_chunk(template, delta, None))
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    events.append(_chunk(template, {}, finish))
+    if usage is not None:
+        body = {"id": template.get("id", "chatcmpl-reflexguard"),
+                "object": "chat.completion.chunk", "created": template.get("created", 0),
+                "model": template.get("model", ""), "choices": [], "usage": usage}
+        events.append(sse(orjson.dumps(body)))
+    events.append(DONE)
+    return events
+
+
+def error_event(message: str, code: str = "upstream_stream_error") -> bytes:
+    return sse(orjson.dumps({"error": {"message": message, "type": "upstream_error",
+                                       "param": None, "code": code}}))

@@ -1,0 +1,226 @@
+"""The streaming edge: byte pass-through, and guarded streams of tool calls.
+
+Text deltas reach the client as they arrive; tool-call deltas are held until the choice
+finishes, validated, repaired with non-streamed requests if needed, and then written as
+well-formed chunks ending with `finish_reason` and `[DONE]`.
+
+Headers go out with the first byte worth sending, not before: a stream that fails or
+carries nothing usable before that still gets a proper JSON error status. Once headers
+are out, every failure becomes an error event and a clean end, never a second response.
+Writes to the client are the only place a client disconnect is read: `ClientGone` is
+not an aiohttp `ClientError`, so it can never be mistaken for an upstream fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import aiohttp
+import orjson
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from reflexguard.core.completion import choices_of, reply_of
+from reflexguard.core.ladder import agent_completion, read_attempt, returned_attempt
+from reflexguard.core.limits import depth_exceeds, nesting_could_exceed
+from reflexguard.dialects.chat_stream import (
+    StreamAssembler,
+    error_event,
+    reply_chunks,
+    sse,
+    text_chunk,
+)
+from reflexguard.http.responses import json_error, upstream_error
+from reflexguard.http.upstream import UpstreamFailure
+
+if TYPE_CHECKING:
+    from reflexguard.http.app import Guard, GuardedCall
+
+EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# HttpProcessingError: aiohttp's LineTooLong for an SSE line over its 512 KiB limit.
+STREAM_FAULTS = (aiohttp.ClientError, asyncio.TimeoutError, HttpProcessingError)
+# The prepared response, for the error middleware.
+STREAM_KEY: web.RequestKey[web.StreamResponse] = web.RequestKey("stream", web.StreamResponse)
+
+
+class ClientGone(Exception):
+    """The agent closed its connection while we were writing to it."""
+
+
+class ClientStream:
+    """The response to the agent, prepared on the first write."""
+
+    def __init__(self, request: web.Request, status: int = 200,
+                 headers: dict[str, str] | None = None) -> None:
+        self.request = request
+        self.response = web.StreamResponse(status=status, headers=headers or EVENT_STREAM)
+
+    @property
+    def started(self) -> bool:
+        return self.response.prepared
+
+    async def write(self, data: bytes) -> None:
+        try:
+            if not self.response.prepared:
+                self.request[STREAM_KEY] = self.response
+                await self.response.prepare(self.request)
+            await self.response.write(data)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one too
+            raise ClientGone from None
+
+    async def end(self) -> web.StreamResponse:
+        try:
+            if not self.response.prepared:
+                await self.write(b"")
+            await self.response.write_eof()
+        except ConnectionResetError:
+            raise ClientGone from None
+        return self.response
+
+
+async def end_stream_with_error(response: web.StreamResponse, message: str,
+                                code: str = "internal") -> web.StreamResponse:
+    """Close a started stream with an error event; the connection may already be gone."""
+    try:
+        await response.write(error_event(message, code))
+        await response.write_eof()
+    except ConnectionResetError:
+        pass
+    return response
+
+
+async def byte_stream(guard: Guard, request: web.Request, raw: bytes, headers: dict[str, str],
+                      path: str = "chat/completions") -> web.StreamResponse:
+    """A stream reflexguard does not guard: the upstream's bytes, untouched."""
+    try:
+        async with guard.upstream.stream(path, raw, headers) as upstream:
+            out = ClientStream(request, upstream.status, {
+                "Content-Type": upstream.headers.get("Content-Type", "text/event-stream"),
+                "Cache-Control": "no-cache"})
+            try:
+                try:
+                    async for data in upstream.content.iter_any():
+                        await out.write(data)
+                except STREAM_FAULTS:
+                    guard.telemetry.fallback("upstream_stream_cut", path=path)
+                    if not out.started:
+                        return json_error(502, "upstream stream was cut off",
+                                          code="upstream_stream_error")
+                    await out.write(error_event("upstream stream was cut off"))
+                return await out.end()
+            except ClientGone:
+                guard.telemetry.client_gone(path=path)
+                return out.response
+    except UpstreamFailure as exc:
+        return upstream_error(exc)
+
+
+async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
+                         assembler: StreamAssembler, out: ClientStream) -> str | None:
+    """Feed the upstream's events to the assembler; the reason if the stream broke."""
+    done = False
+    telemetry = call.guard.telemetry
+    try:
+        async for line in upstream.content:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                done = True
+                break
+            try:
+                chunk = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                telemetry.fallback("unparseable_stream_chunk", request_id=call.request_id)
+                continue
+            if not isinstance(chunk, dict):
+                telemetry.fallback("non_object_stream_chunk", request_id=call.request_id)
+                continue
+            depth = call.guard.settings.max_json_depth
+            if nesting_could_exceed(payload, depth) and depth_exceeds(chunk, depth):
+                return f"upstream stream chunk nests deeper than {depth} levels"
+            if "error" in chunk:
+                message = chunk["error"].get("message") if isinstance(chunk["error"], dict) \
+                    else str(chunk["error"])
+                return f"upstream error mid-stream: {message}"
+            if assembler.feed(chunk):
+                await out.write(sse(payload))
+            if assembler.pending_flush is not None:
+                await out.write(text_chunk(assembler.template, assembler.pending_flush))
+                assembler.pending_flush = None
+    except STREAM_FAULTS as exc:
+        return f"upstream stream was cut off ({type(exc).__name__})"
+    if not assembler.template:
+        return "upstream stream carried no chat-completion chunk"
+    if not done and assembler.finish_reason is None:
+        return "upstream stream ended before the reply finished"
+    return None
+
+
+async def guarded_stream(call: GuardedCall, request: web.Request) -> web.StreamResponse:
+    guard = call.guard
+    body = call.chat.body
+    if isinstance(body.get("n"), int) and body["n"] > 1:
+        guard.telemetry.fallback("multiple_choices_stream_not_guarded",
+                                 request_id=call.request_id)
+        return await byte_stream(guard, request, call.raw, call.headers)
+    out = ClientStream(request)
+    try:
+        async with asyncio.timeout_at(call.deadline):
+            return await _guarded(call, out)
+    except ClientGone:
+        guard.telemetry.client_gone(request_id=call.request_id, session=call.session)
+        return out.response
+    except TimeoutError:
+        failure = call.deadline_failure()
+        if not out.started:
+            return upstream_error(failure)
+        return await end_stream_with_error(out.response, str(failure), "upstream_timeout")
+    except UpstreamFailure as exc:
+        if not out.started:
+            return upstream_error(exc)
+        return await end_stream_with_error(out.response, str(exc), "upstream_error")
+    except Exception:
+        if not out.started:
+            raise  # the middleware answers with a JSON 500 and logs it
+        guard.telemetry.log.exception("stream_failed", request_id=call.request_id)
+        guard.telemetry.fallback("stream_internal_error", request_id=call.request_id)
+        return await end_stream_with_error(out.response, "internal error in reflexguard")
+
+
+async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
+    guard = call.guard
+    assembler = StreamAssembler(hold_all_text=guard.policy.lift_text_calls)
+    began = time.perf_counter()
+    async with guard.upstream.stream("chat/completions", call.raw, call.headers) as upstream:
+        broken = await _read_upstream(call, upstream, assembler, out)
+    if broken is not None:
+        guard.telemetry.fallback("upstream_stream_cut", request_id=call.request_id,
+                                 session=call.session)
+        if not out.started:
+            return json_error(502, broken, code="upstream_stream_error")
+        await out.write(error_event(broken))
+        return await out.end()
+    first = read_attempt(1, "initial", assembler.completion(), call.rules,
+                         guard.policy.lift_text_calls, time.perf_counter() - began)
+    result = await call.ladder(first)
+    call.finish(result)
+    failure = call.exhausted_error(result)
+    if failure is not None:
+        await out.write(sse(failure))
+        return await out.end()
+    final = returned_attempt(result, guard.policy.on_exhausted)
+    outgoing = agent_completion(result, final)
+    choices = choices_of(outgoing)
+    reply = reply_of(choices[0]) if choices else final.reply
+    if final.number == 1:
+        text = reply.content if final.lifted else assembler.held_text
+    else:
+        text = reply.content
+    usage = outgoing.get("usage") if assembler.usage is not None else None
+    for event in reply_chunks(assembler.template, reply, text, usage):
+        await out.write(event)
+    return await out.end()

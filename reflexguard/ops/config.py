@@ -1,0 +1,110 @@
+"""Settings, from flags, the environment (REFLEXGUARD_*), a YAML file and defaults.
+
+Precedence, highest first: command-line flags, environment variables, the YAML file
+named by --config (or REFLEXGUARD_CONFIG), then the defaults below.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from reflexguard.core.grounding import DEFAULT_PATTERN
+from reflexguard.core.ladder import MAX_REPAIRS_CEILING, OnExhausted
+from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
+from reflexguard.core.repair import ConstrainedMode
+
+ToolCallFormat = Literal["openai", "content"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REFLEXGUARD_", extra="forbid")
+
+    upstream: str | None = Field(None, description="base URL of the model server, e.g. .../v1")
+    upstream_api_key: SecretStr | None = Field(None, description="sent upstream as a bearer")
+    upstream_timeout: float = Field(600.0, gt=0, description="seconds per upstream request")
+    upstream_connect_timeout: float = Field(10.0, gt=0)
+    upstream_max_connections: int = Field(256, ge=1)
+    request_timeout: float = Field(
+        900.0, gt=0, description="seconds for one client request, every attempt included")
+    tool_call_format: ToolCallFormat = "openai"
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+    repair: bool = True
+    max_repairs: int = Field(2, ge=0, le=MAX_REPAIRS_CEILING)
+    constrained_retry: ConstrainedMode = "off"
+    json_repair: bool = False
+    snap_names: bool = False
+    snap_threshold: float = Field(85.0, ge=0, le=100)
+    on_exhausted: OnExhausted = "passthrough"
+    grounding: bool = False
+    grounding_pattern: str = DEFAULT_PATTERN
+    grounding_include_system: bool = False
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(DEFAULT_MAX_JSON_DEPTH, ge=8, le=200)
+    admin_token: SecretStr | None = Field(
+        None, description="bearer token required by /metrics and /reflexguard/*")
+    events: Path | None = Field(None, description="append one JSON line per attempt here")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    model_variant: str = "Q4_K_M"
+    model_ctx: int = Field(8192, ge=512)
+    model_threads: int | None = Field(None, ge=1)
+
+    @field_validator("repair", mode="before")
+    @classmethod
+    def _on_off(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() in ("on", "off"):
+            return value.lower() == "on"
+        return value
+
+    @field_validator("grounding_pattern")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
+def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> Settings:
+    """Settings with flags over env over file over defaults. Raises on bad values."""
+    if config_file is not None and not config_file.is_file():
+        raise FileNotFoundError(f"config file not found: {config_file}")
+
+    class _Layered(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+            if config_file is not None:
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+            return tuple(sources)
+
+    given = {k: v for k, v in flags.items() if v is not None}
+    return _Layered(**given)

@@ -1,0 +1,66 @@
+"""The events file's records: written by telemetry, read by the bench, defined once here.
+
+Nothing here does I/O. The records are TypedDicts, so writing one costs nothing more
+than the dict it is, while mypy checks every key on both sides and `read_event`
+validates a line against the same definition.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter
+
+# pydantic validates TypedDicts only from typing_extensions before Python 3.12.
+from typing_extensions import TypedDict
+
+from reflexguard.core.ladder import AttemptKind, Outcome
+
+REPAIRED: frozenset[Outcome] = frozenset(
+    {"fixed_by_fix", "fixed_by_reask", "fixed_by_constrained"})
+
+
+class CallEvent(TypedDict):
+    channel: str
+    name: str | None
+    detail: str
+
+
+class AttemptEvent(TypedDict):
+    event: Literal["attempt"]
+    ts: float
+    request_id: str
+    session: str | None
+    model: str
+    attempt: int
+    kind: AttemptKind
+    calls: list[CallEvent]
+    fixes: list[str]
+    toolset: str
+    latency_ms: float
+    stream: bool
+
+
+class OutcomeEvent(TypedDict):
+    event: Literal["outcome"]
+    ts: float
+    outcome: Outcome
+    request_id: str
+    session: str | None
+
+
+class FallbackEvent(TypedDict, total=False):
+    event: Literal["fallback"]
+    ts: float
+    kind: str
+    request_id: str
+    session: str | None
+
+
+Event = Annotated[AttemptEvent | OutcomeEvent | FallbackEvent, Field(discriminator="event")]
+_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def read_event(line: bytes | str) -> Event:
+    """One line of the events file, validated; raises pydantic's ValidationError."""
+    return _EVENT.validate_json(line)
