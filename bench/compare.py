@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from bench.tau2.cells import DOMAINS, load_cells, simulated_cells
 from bench.tau2.limits import EPISODE_TIMEOUT_S, MAX_TOKENS
-from reflexguard.cli.main import OneLineParser
 from reflexguard.embedded.lifetime import Terminated, sigterm_as_interrupt
+from reflexguard.ops.oneline import OneLineParser
 
 RETAIL_SUBSET = 5
 SIMULATED_CHANNELS = ("unknown_tool", "argument_error")

@@ -9,4 +9,6 @@ bash scripts/setup.sh
 .venv/bin/reflexguard model doctor
 .venv/bin/ruff check .
 .venv/bin/mypy
+# The rooms stay rooms: layers, no I/O in the core, nothing imports cli, no cycles.
+.venv/bin/lint-imports
 .venv/bin/python -m pytest "$@"

@@ -6,24 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from reflexguard.cli.errors import EXIT_USAGE, CliError
 from reflexguard.core.repair import ConstrainedMode
-
-EXIT_USAGE = 2
-
-
-class CliError(Exception):
-    """A user mistake: printed as one line, exit status 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (`--help` still shows the usage)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+from reflexguard.ops.oneline import OneLineParser
 
 
 def _serve_parser(commands: Any) -> None:

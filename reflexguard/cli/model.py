@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from reflexguard.cli.errors import CliError
 from reflexguard.embedded import model_store
 from reflexguard.embedded.variants import variant
 
 
 def run_model_command(args: argparse.Namespace) -> int:
-    from reflexguard.cli.main import CliError
 
     if args.action == "doctor":
         from reflexguard.embedded import doctor

@@ -16,8 +16,9 @@ import sys
 
 from aiohttp import web
 
+from reflexguard.cli.errors import CliError
 from reflexguard.core.urls import redact
-from reflexguard.embedded import model_store as store
+from reflexguard.embedded import model_store
 from reflexguard.embedded.child import ChildFailed, check_runtime, launch
 from reflexguard.embedded.supervised import SupervisedUpstream
 from reflexguard.embedded.supervisor import Supervisor
@@ -81,7 +82,6 @@ async def _serve(settings: Settings, app: web.Application, upstream: str | None)
 
 
 def serve(settings: Settings) -> int:
-    from reflexguard.cli.main import CliError
 
     configure_logging(settings.log_level)
     try:
@@ -93,7 +93,7 @@ def serve(settings: Settings) -> int:
         embedded = settings.model_copy(update={"tool_call_format": "content"})
         variant = embedded.model_variant
         check_runtime()
-        model = store.ensure(variant)  # may download once: before listening, not a lie
+        model = model_store.ensure(variant)  # may download once: before listening, not a lie
         supervisor = Supervisor(functools.partial(launch, variant, model, embedded.model_ctx,
                                                   embedded.model_threads))
         print(f"reflexguard: serving on http://{settings.host}:{settings.port}/v1; the "
@@ -101,7 +101,7 @@ def serve(settings: Settings) -> int:
               f"once it is ready)", file=sys.stderr)
         asyncio.run(_serve(embedded, supervised_app(embedded, supervisor),
                            f"embedded {variant} (supervised)"))
-    except (ChildFailed, store.ModelError, ValueError) as exc:
+    except (ChildFailed, model_store.ModelError, ValueError) as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
         where = f"{settings.host}:{settings.port}"

@@ -1,39 +1,27 @@
-"""The HTTP edge: an aiohttp application in front of an OpenAI-compatible upstream.
+"""The HTTP edge: the aiohttp application, its routes and its error middleware.
 
-Everything that decides lives in the pure modules; this file reads requests, calls the
-upstream, and writes responses. Client mistakes and upstream faults are mapped to
-OpenAI-format errors here, at the boundary, and never reach the client as tracebacks.
+Everything that decides lives in the core; this file reads requests, hands guarded ones
+to `call` (one answer) or `streams` (a stream), and writes responses. Client mistakes
+and upstream faults become OpenAI-format errors at this boundary, never tracebacks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import re
 import time
-import uuid
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from reflexguard.core.bodies import UndecodableBody, decoded_body
-from reflexguard.core.errors import BadRequest, error_body
-from reflexguard.core.fixes import FixPolicy
-from reflexguard.core.ladder import (
-    Attempt,
-    GuardPolicy,
-    LadderResult,
-    agent_completion,
-    read_attempt,
-    returned_attempt,
-    run_ladder,
-)
+from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import safe_label
-from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.urls import UnsafePath, passthrough_tail, redact
-from reflexguard.dialects.chat_request import ChatRequest, GroundingPolicy, read_request
+from reflexguard.dialects.chat_request import read_request
+from reflexguard.http.call import GuardedCall
+from reflexguard.http.context import GuardContext
 from reflexguard.http.responses import JSON, json_error, upstream_error
 from reflexguard.http.streams import (
     STREAM_KEY,
@@ -41,49 +29,15 @@ from reflexguard.http.streams import (
     end_stream_with_error,
     guarded_stream,
 )
-from reflexguard.http.upstream import (
-    AnswerTooDeep,
-    Upstream,
-    UpstreamFailure,
-    UpstreamTimeout,
-    parse_completion,
-)
+from reflexguard.http.upstream import Upstream, UpstreamFailure
 from reflexguard.ops.config import Settings
 from reflexguard.ops.telemetry import Telemetry
 
 UPSTREAM_KEY: web.AppKey[Upstream] = web.AppKey("upstream", Upstream)
-# (HTTP status, body) for /healthz when something supervises the upstream (serve.py sets it
-# for the embedded model: starting / ready / restarting / failed).
-HealthCheck = Callable[[], tuple[int, dict[str, Any]]]
 
 
-class Guard:
-    """The request handlers, holding the state they share: caches, policy, telemetry."""
-
-    def __init__(self, settings: Settings, upstream: Upstream, telemetry: Telemetry) -> None:
-        self.settings = settings
-        self.upstream = upstream
-        self.telemetry = telemetry
-        self.health: HealthCheck | None = None
-        self.toolsets = ToolSetCache()
-        self.grounding = GroundingPolicy(
-            pattern=re.compile(settings.grounding_pattern) if settings.grounding else None,
-            include_system=settings.grounding_include_system,
-        )
-        self.policy = GuardPolicy(
-            repair=settings.repair,
-            max_repairs=settings.max_repairs,
-            constrained=settings.constrained_retry,
-            fixes=FixPolicy(
-                json_repair=settings.json_repair,
-                snap_names=settings.snap_names,
-                snap_threshold=settings.snap_threshold,
-            ),
-            lift_text_calls=settings.tool_call_format == "content",
-            on_exhausted=settings.on_exhausted,
-        )
-
-    # -- routes ---------------------------------------------------------------------------
+class Routes(GuardContext):
+    """The request handlers, over the context they share."""
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -210,102 +164,7 @@ def _wants_stream(body: bytes) -> bool:
     return isinstance(parsed, dict) and parsed.get("stream") is True
 
 
-GUARD_KEY: web.AppKey[Guard] = web.AppKey("guard", Guard)
-
-
-class GuardedCall:
-    """One guarded chat completion: its first attempt, ladder and telemetry."""
-
-    def __init__(self, guard: Guard, chat: ChatRequest, raw: bytes, headers: dict[str, str],
-                 session: str | None, started: float) -> None:
-        self.guard = guard
-        self.chat = chat
-        self.raw = raw
-        self.headers = headers
-        self.session = session
-        self.started = started
-        self.request_id = f"rg-{uuid.uuid4().hex[:16]}"
-        self.deadline = asyncio.get_running_loop().time() + guard.settings.request_timeout
-        assert chat.rules is not None
-        self.rules = chat.rules
-
-    async def send(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.guard.upstream.completion(body, self.headers,
-                                                    self.guard.settings.max_json_depth)
-
-    def on_attempt(self, attempt: Attempt) -> None:
-        self.guard.telemetry.attempt(attempt, self.request_id, self.session, self.chat.model,
-                                     self.rules.toolset.digest, self.chat.stream)
-
-    async def ladder(self, first: Attempt) -> LadderResult:
-        try:
-            async with asyncio.timeout_at(self.deadline):
-                result = await run_ladder(self.chat.body, first, self.rules, self.guard.policy,
-                                          self.send, self.on_attempt)
-        except TimeoutError:
-            # The deadline fell during repair: the agent gets the model's first answer (what
-            # it would have had without reflexguard), or the exhausted error if so set.
-            result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
-        self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id,
-                                     self.session)
-        return result
-
-    def finish(self, result: LadderResult) -> dict[str, str]:
-        upstream = sum(a.upstream_seconds for a in result.attempts)
-        added = max(0.0, time.perf_counter() - self.started - upstream)
-        self.guard.telemetry.added_seconds.observe(added)
-        return {
-            "x-reflexguard-attempts": str(result.upstream_calls),
-            "x-reflexguard-violations": str(result.violations),
-            "x-reflexguard-request-id": self.request_id,
-        }
-
-    def exhausted_error(self, result: LadderResult) -> bytes | None:
-        if result.outcome != "exhausted" or self.guard.policy.on_exhausted != "error":
-            return None
-        channels = sorted({str(v.channel) for v in result.final.verdict.violations})
-        return error_body(
-            502, f"the model produced no valid tool call in {result.upstream_calls} attempts "
-            f"({', '.join(channels)})", code="tool_call_repair_exhausted",
-        )
-
-    async def respond(self) -> web.Response:
-        began = time.perf_counter()
-        try:
-            async with asyncio.timeout_at(self.deadline):
-                answer = await self.guard.upstream.post_json("chat/completions", self.raw,
-                                                             self.headers)
-            completion = parse_completion(answer.body, self.guard.settings.max_json_depth)
-        except TimeoutError:
-            return upstream_error(self.deadline_failure())
-        except AnswerTooDeep:
-            self.guard.telemetry.fallback("answer_too_deep_not_guarded",
-                                          request_id=self.request_id)
-            return web.Response(body=answer.body, content_type=JSON)
-        except UpstreamFailure as exc:
-            return upstream_error(exc)
-        first = read_attempt(1, "initial", completion, self.rules,
-                             self.guard.policy.lift_text_calls, time.perf_counter() - began)
-        result = await self.ladder(first)
-        headers = self.finish(result)
-        failure = self.exhausted_error(result)
-        if failure is not None:
-            return web.Response(status=502, body=failure, content_type=JSON, headers=headers)
-        returned = returned_attempt(result, self.guard.policy.on_exhausted)
-        body = answer.body  # the fast path: the upstream's own bytes, untouched
-        if returned is not first or first.changed:
-            try:
-                body = orjson.dumps(agent_completion(result, returned))
-            except (TypeError, RecursionError):
-                # orjson writes 254 levels: an answer deeper than that goes out as it came.
-                self.guard.telemetry.fallback("unencodable_answer", request_id=self.request_id)
-        return web.Response(body=body, content_type=JSON, headers=headers)
-
-    def deadline_failure(self) -> UpstreamTimeout:
-        self.guard.telemetry.fallback("request_deadline", request_id=self.request_id,
-                                      session=self.session)
-        return UpstreamTimeout(f"no answer within request_timeout "
-                               f"({self.guard.settings.request_timeout:g} s)")
+GUARD_KEY: web.AppKey[Routes] = web.AppKey("guard", Routes)
 
 
 @web.middleware
@@ -338,7 +197,7 @@ def build_app(settings: Settings, upstream_url: str | None = None,
         upstream = Upstream(url, key, settings.upstream_timeout,
                             settings.upstream_connect_timeout, settings.upstream_max_connections)
     telemetry = Telemetry(settings.events)
-    guard = Guard(settings, upstream, telemetry)
+    guard = Routes(settings, upstream, telemetry)
     # auto_decompress off: bodies are decoded in `decoded_body`, bounded, with our errors.
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors],
                           handler_args={"auto_decompress": False})

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 import aiohttp
 import orjson
@@ -32,11 +31,10 @@ from reflexguard.dialects.chat_stream import (
     sse,
     text_chunk,
 )
+from reflexguard.http.call import GuardedCall
+from reflexguard.http.context import GuardContext
 from reflexguard.http.responses import json_error, upstream_error
 from reflexguard.http.upstream import UpstreamFailure
-
-if TYPE_CHECKING:
-    from reflexguard.http.app import Guard, GuardedCall
 
 EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 # HttpProcessingError: aiohttp's LineTooLong for an SSE line over its 512 KiB limit.
@@ -91,7 +89,8 @@ async def end_stream_with_error(response: web.StreamResponse, message: str,
     return response
 
 
-async def byte_stream(guard: Guard, request: web.Request, raw: bytes, headers: dict[str, str],
+async def byte_stream(guard: GuardContext, request: web.Request, raw: bytes,
+                      headers: dict[str, str],
                       path: str = "chat/completions") -> web.StreamResponse:
     """A stream reflexguard does not guard: the upstream's bytes, untouched."""
     try:

@@ -24,6 +24,7 @@ from tests.http.fuzz.strategies import CANARY, MARKERS
 
 SECRET = "fuzz-SECRET-pw-7f3a"  # the password in one profile's upstream URL
 PROBE_BOUND = 0.100  # seconds; a correctness bound on a blocked loop, not a benchmark
+BLOCKED_BOUND = 1.0  # past this the loop was blocked, whatever the machine was doing
 CASE_TIMEOUT = 30.0
 JSON_HEADERS = ((b"Content-Type", b"application/json"),)
 
@@ -60,14 +61,9 @@ class Outcome:
     foreign: list[str]
 
 
-def run(harness: Harness, case: Case) -> Outcome:
-    assert harness.audit is not None and harness.prober is not None
-    if harness.dead is not None:
-        raise AssertionError(f"the proxy stopped answering on an earlier case: {harness.dead}")
-    hits, foreign = len(harness.canary.hits), len(harness.audit.foreign)
-    body = case.body.replace(CANARY.encode(), str(harness.canary.port).encode())
+def _send(harness: Harness, case: Case, request: bytes) -> tuple[Exchange, float]:
+    assert harness.prober is not None
     harness.fake.begin(case.plan)
-    request = http_request(case.method, case.path, case.headers, body)
     # Hypothesis's example tree makes this process's heap large enough that a gen-2
     # collection stops every thread, the proxy's too, for ~100 ms. Collections wait until
     # the case is answered, so the prober times reflexguard, not the harness.
@@ -78,9 +74,25 @@ def run(harness: Harness, case: Case) -> Outcome:
         ended = time.perf_counter()
     finally:
         gc.enable()
+    return exchange, harness.prober.worst_during(started, ended)
+
+
+def run(harness: Harness, case: Case) -> Outcome:
+    assert harness.audit is not None and harness.prober is not None
+    if harness.dead is not None:
+        raise AssertionError(f"the proxy stopped answering on an earlier case: {harness.dead}")
+    hits, foreign = len(harness.canary.hits), len(harness.audit.foreign)
+    body = case.body.replace(CANARY.encode(), str(harness.canary.port).encode())
+    request = http_request(case.method, case.path, case.headers, body)
+    exchange, worst = _send(harness, case, request)
     if exchange.fault and exchange.fault.startswith("no complete answer"):
         harness.dead = repr(case)
-    worst = harness.prober.worst_during(started, ended)
+    elif PROBE_BOUND <= worst < BLOCKED_BOUND:
+        # A shared machine stalls a probe now and then; an input that blocks the loop
+        # blocks it every time. The same case again tells the two apart (canary hits and
+        # foreign connections of both sends count).
+        exchange, again = _send(harness, case, request)
+        worst = min(worst, again)
     harness.worst_in_flight = max(harness.worst_in_flight, worst)
     harness.cases += 1
     return Outcome(exchange, list(harness.fake.seen), worst, harness.fake.sent_500,
