@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.fake_upstream import stream_chunks
+from bench.perf.chunks import stream_chunks
 
 TAG = re.compile(r"rid=(soak-[0-9a-f]+) scenario=([a-z0-9_]+)")
 SCENARIOS = {  # name: weight (per cent)

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bench.perf.chunks import stream_chunks
+
 Completion = dict[str, Any]
 
 
@@ -57,6 +59,7 @@ class FakeUpstream:
     default: Scripted | Callable[[dict[str, Any]], Scripted] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
 
     @property
     def calls(self) -> int:
@@ -75,6 +78,7 @@ class FakeUpstream:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        self.paths.append(request.path_qs)
         step = self.next(body)
         if step.delay:
             await asyncio.sleep(step.delay)
@@ -95,37 +99,11 @@ class FakeUpstream:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.chat)
+        # Native dialects: the script then holds a Messages or Responses reply as is.
+        app.router.add_post("/v1/messages", self.chat)
+        app.router.add_post("/v1/responses", self.chat)
         app.router.add_get("/v1/models", self.models)
         return app
-
-
-def stream_chunks(completion: Completion, include_usage: bool) -> list[dict[str, Any]]:
-    """The completion cut into the chunks an OpenAI server would stream."""
-    choice = completion["choices"][0]
-    message = choice["message"]
-    base = {k: completion[k] for k in ("id", "created", "model")}
-    base["object"] = "chat.completion.chunk"
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    content = message.get("content") or ""
-    for start in range(0, len(content), 8):
-        chunks.append(chunk({"content": content[start:start + 8]}))
-    for index, call in enumerate(message.get("tool_calls") or []):
-        function = call["function"]
-        chunks.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                             "function": {"name": function["name"],
-                                                          "arguments": ""}}]}))
-        args = function["arguments"]
-        for start in range(0, len(args), 10):
-            chunks.append(chunk({"tool_calls": [{"index": index, "function": {
-                "arguments": args[start:start + 10]}}]}))
-    chunks.append(chunk({}, choice["finish_reason"]))
-    if include_usage:
-        chunks.append({**base, "choices": [], "usage": completion.get("usage")})
-    return chunks
 
 
 async def _stream(request: web.Request, completion: Completion, cut_after: int | None,
