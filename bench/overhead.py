@@ -22,6 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.perf.dialect_workload import WORKLOADS
 from bench.perf.workload import REQUEST_BYTES, TOOLS
 from reflexguard.embedded import lifetime
 from reflexguard.ops.loopback import free_port
@@ -77,7 +78,8 @@ class Point:
         return len(self.latencies) / self.seconds
 
 
-async def drive(url: str, concurrency: int, requests: int, pid: int | None) -> Point:
+async def drive(url: str, concurrency: int, requests: int, pid: int | None,
+                body: bytes = REQUEST_BYTES) -> Point:
     latencies: list[float] = []
     errors = 0
     remaining = requests
@@ -85,7 +87,7 @@ async def drive(url: str, concurrency: int, requests: int, pid: int | None) -> P
     headers = {"Content-Type": "application/json"}
     async with aiohttp.ClientSession(connector=connector) as session:
         for _ in range(min(50, requests)):  # warm the pools and the tool-set cache
-            async with session.post(url, data=REQUEST_BYTES, headers=headers) as r:
+            async with session.post(url, data=body, headers=headers) as r:
                 await r.read()
 
         async def worker() -> None:
@@ -93,7 +95,7 @@ async def drive(url: str, concurrency: int, requests: int, pid: int | None) -> P
             while remaining > 0:
                 remaining -= 1
                 began = time.perf_counter()
-                async with session.post(url, data=REQUEST_BYTES, headers=headers) as response:
+                async with session.post(url, data=body, headers=headers) as response:
                     await response.read()
                     if response.status != 200:
                         errors += 1
@@ -140,7 +142,24 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
     parser.add_argument("--rounds", type=int, default=5,
                         help="targets alternate in rounds, so drifting machine load hits all")
+    parser.add_argument("--dialect", choices=sorted(WORKLOADS), default="chat",
+                        help="the route and wire format measured (issue 10)")
+    parser.add_argument("--translated", action="store_true",
+                        help="with --dialect messages|responses: reflexguard translates to "
+                        "a chat-only upstream (--upstream-dialects chat)")
+    parser.add_argument("--inprocess", action="store_true",
+                        help="reflexguard.guard(openai client) against the bare client")
+    parser.add_argument("--litellm", action="store_true",
+                        help="LiteLLM proxy with the reflexguard guardrail against without it")
     args = parser.parse_args()
+    if args.inprocess or args.litellm:
+        from bench.perf.doors import measure_doors
+
+        measure_doors(args.inprocess, args.litellm, args.requests, args.rounds)
+        return
+    route, body, _ = WORKLOADS[args.dialect]
+    translated = args.translated and args.dialect != "chat"
+    upstream_route = "chat/completions" if translated else route
     upstream_port, baseline_port, guard_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
     print(f"reflexguard overhead benchmark: {len(TOOLS)} tools, valid non-streamed "
@@ -150,11 +169,19 @@ def main() -> None:
             process(["-m", "bench.perf.minimal_proxy", "--upstream", upstream, "--port",
                      str(baseline_port)], baseline_port) as baseline, \
             process(["-m", "reflexguard", "serve", "--upstream", upstream, "--port",
-                     str(guard_port)], guard_port) as guard:
+                     str(guard_port), *(["--upstream-dialects", "chat"] if translated else [])],
+                    guard_port) as guard:
+        # Translated, direct and baseline carry the chat request the upstream serves: the
+        # ratio then includes the translation both ways.
+        base_route, base_body = (("chat/completions", REQUEST_BYTES) if translated
+                                 else (route, body))
+        print(f"dialect: {args.dialect}{' (translated to chat)' if translated else ''}; "
+              f"upstream route /v1/{upstream_route}")
         targets = {
-            "direct": (f"{upstream}/chat/completions", None),
-            "baseline": (f"http://127.0.0.1:{baseline_port}/v1/chat/completions", baseline.pid),
-            "reflexguard": (f"http://127.0.0.1:{guard_port}/v1/chat/completions", guard.pid),
+            "direct": (f"{upstream}/{base_route}", None, base_body),
+            "baseline": (f"http://127.0.0.1:{baseline_port}/v1/{base_route}", baseline.pid,
+                         base_body),
+            "reflexguard": (f"http://127.0.0.1:{guard_port}/v1/{route}", guard.pid, body),
         }
         print(f"\n{'target':<12} {'c':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
               f"{'cpu ms/req':>10} {'errors':>6}")
@@ -162,8 +189,8 @@ def main() -> None:
         per_round = max(1, args.requests // args.rounds)
         for concurrency in args.concurrency:
             for _ in range(args.rounds):
-                for name, (url, pid) in targets.items():
-                    point = asyncio.run(drive(url, concurrency, per_round, pid))
+                for name, (url, pid, payload) in targets.items():
+                    point = asyncio.run(drive(url, concurrency, per_round, pid, payload))
                     earlier = results.get((name, concurrency))
                     results[name, concurrency] = earlier.merge(point) if earlier else point
             for name in targets:

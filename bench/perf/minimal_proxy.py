@@ -24,7 +24,7 @@ def build(upstream: str) -> web.Application:
     async def forward(request: web.Request) -> web.Response:
         body = await request.read()
         async with app["session"].post(
-            upstream + "/chat/completions", data=body,
+            upstream + request.path.removeprefix("/v1"), data=body,
             headers={"Content-Type": "application/json"},
         ) as answer:
             return web.Response(status=answer.status, body=await answer.read(),
@@ -33,6 +33,8 @@ def build(upstream: str) -> web.Application:
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     app.router.add_post("/v1/chat/completions", forward)
+    app.router.add_post("/v1/messages", forward)  # bench.overhead --dialect messages
+    app.router.add_post("/v1/responses", forward)
     return app
 
 

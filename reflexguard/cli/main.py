@@ -29,6 +29,9 @@ def _serve_parser(commands: Any) -> None:
                        dest="tool_call_format")
     serve.add_argument("--constrained-retry", dest="constrained_retry",
                        choices=get_args(ConstrainedMode))
+    serve.add_argument("--upstream-dialects", dest="upstream_dialects",
+                       help="dialects the upstream serves itself, a comma list of chat, "
+                       "messages, responses (default all; others are translated to chat)")
     serve.add_argument("--model-variant", dest="model_variant",
                        help="embedded model variant (Q4_K_M, Q3_K_S, Q2_K)")
 
@@ -54,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("upstream", "host", "port", "repair", "max_repairs", "events", "tool_call_format",
-            "constrained_retry", "model_variant")
+            "constrained_retry", "model_variant", "upstream_dialects")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 

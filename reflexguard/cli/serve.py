@@ -90,7 +90,10 @@ def serve(settings: Settings) -> int:
             asyncio.run(_serve(settings, app, redact(settings.upstream)))
             return 0
         # The embedded model writes tool calls as text: that is its server's output format.
-        embedded = settings.model_copy(update={"tool_call_format": "content"})
+        # llama-cpp-python's server speaks only Chat Completions: Messages and Responses are
+        # translated, so ANTHROPIC_BASE_URL pointed here works out of the box.
+        embedded = settings.model_copy(update={"tool_call_format": "content",
+                                               "upstream_dialects": ["chat"]})
         variant = embedded.model_variant
         check_runtime()
         model = model_store.ensure(variant)  # may download once: before listening, not a lie

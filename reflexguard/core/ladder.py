@@ -19,6 +19,7 @@ from reflexguard.core.completion import choices_of, lift_text_calls, reply_of, s
 from reflexguard.core.fixes import FixPolicy, apply_fixes
 from reflexguard.core.model import JsonObject, Reply, Verdict
 from reflexguard.core.repair import ConstrainedMode, constrain, reask_body
+from reflexguard.core.toolset import ToolSet
 from reflexguard.core.validate import CallRules, validate_reply
 
 AttemptKind = Literal["initial", "fix", "reask", "constrained"]
@@ -96,6 +97,24 @@ class LadderResult:
 
 Send = Callable[[JsonObject], Awaitable[JsonObject]]
 OnAttempt = Callable[[Attempt], None]
+ReaskBuilder = Callable[[JsonObject, Reply, Verdict, ToolSet], JsonObject]
+ConstrainBuilder = Callable[[JsonObject, ConstrainedMode, Reply, Verdict, ToolSet], JsonObject]
+
+
+@dataclass(frozen=True)
+class RequestBuilders:
+    """How a re-ask and the constrained last attempt are written in the wire format `send`
+    posts. The ladder decides when; a dialect decides how the request reads, so the ladder
+    never knows which dialect it serves. Chat Completions is the default."""
+
+    reask: ReaskBuilder = reask_body
+    constrain: ConstrainBuilder = constrain
+    # False where the constrained attempt is always a forced tool choice (the native
+    # Messages and Responses builders): the answer then never needs lifting from text.
+    json_constraints: bool = True
+
+
+CHAT_BUILDERS = RequestBuilders()
 
 
 def _only_ungrounded(verdict: Verdict) -> bool:
@@ -133,6 +152,21 @@ def _fixed(attempt: Attempt, rules: CallRules, policy: FixPolicy) -> Attempt | N
     )
 
 
+def settled_without_repair(first: Attempt, policy: GuardPolicy) -> LadderResult | None:
+    """The ladder's result when the first answer calls for no repair at all (valid, observe
+    mode, or a reply the ladder never re-asks); None when the ladder has work to do."""
+    if first.valid:
+        return LadderResult([first], "clean")
+    if not policy.repair:
+        return LadderResult([first], "observed")
+    if len(first.replies) != 1:
+        return LadderResult([first], "not_repaired", ["multiple_choices_not_repaired"])
+    if first.reply.finish_reason == "length" and policy.constrained == "off":
+        # A reply cut off at max_tokens would be cut off again: re-asking only costs time.
+        return LadderResult([first], "not_repaired", ["truncated_reply_not_repaired"])
+    return None
+
+
 async def run_ladder(
     body: JsonObject,
     first: Attempt,
@@ -140,19 +174,14 @@ async def run_ladder(
     policy: GuardPolicy,
     send: Send,
     on_attempt: OnAttempt,
+    builders: RequestBuilders = CHAT_BUILDERS,
 ) -> LadderResult:
     attempts = [first]
     on_attempt(first)
-    if first.valid:
-        return LadderResult(attempts, "clean")
-    if not policy.repair:
-        return LadderResult(attempts, "observed")
-    if len(first.replies) != 1:
-        return LadderResult(attempts, "not_repaired", ["multiple_choices_not_repaired"])
+    settled = settled_without_repair(first, policy)
+    if settled is not None:
+        return settled
     truncated = first.reply.finish_reason == "length"
-    if truncated and policy.constrained == "off":
-        # A reply cut off at max_tokens would be cut off again: re-asking only costs time.
-        return LadderResult(attempts, "not_repaired", ["truncated_reply_not_repaired"])
 
     def fix(attempt: Attempt) -> Attempt:
         fixed = _fixed(attempt, rules, policy.fixes)
@@ -179,13 +208,14 @@ async def run_ladder(
         nonlocal latest, failed_calls
         number = len([a for a in attempts if a.kind != "fix"]) + 1
         is_last = number == repairs + 1
-        request = reask_body(body, latest.reply, latest.verdict, rules.toolset)
+        request = builders.reask(body, latest.reply, latest.verdict, rules.toolset)
         kind: AttemptKind = "reask"
         if is_last and policy.constrained != "off" and not _only_ungrounded(latest.verdict):
-            request = constrain(request, policy.constrained, latest.reply, latest.verdict,
-                                rules.toolset)
+            request = builders.constrain(request, policy.constrained, latest.reply,
+                                         latest.verdict, rules.toolset)
             kind = "constrained"
-        json_mode = kind == "constrained" and policy.constrained != "tool_choice"
+        json_mode = (kind == "constrained" and policy.constrained != "tool_choice"
+                     and builders.json_constraints)
         started = time.perf_counter()
         try:
             completion = await send(request)

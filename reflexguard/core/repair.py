@@ -49,26 +49,41 @@ def _echoable(call: ToolCall) -> ToolCall:
     return ToolCall(id=call.id, name=name, arguments=defang(plain, len(plain)))
 
 
+def shown_reply(reply: Reply) -> Reply:
+    """The failed reply as it can be echoed back to the model, in any dialect."""
+    return Reply(content=defang(reply.content or "", ECHO_LIMIT),
+                 tool_calls=tuple(map(_echoable, reply.tool_calls)))
+
+
+def call_feedback(reply: Reply, verdict: Verdict, toolset: ToolSet) -> list[tuple[str, str]]:
+    """(call id, what is wrong with it) for every call of a reply that has calls: the
+    text each dialect wraps in its own tool-result form."""
+    by_index = {v.index: v for v in verdict.calls if v.index is not None}
+    feedback: list[tuple[str, str]] = []
+    for index, call in enumerate(reply.tool_calls):
+        spec = toolset.get(call.name)
+        feedback.append((call.id, describe_call_error(
+            by_index[index], call.arguments, toolset.names, spec.parameters if spec else None)))
+    return feedback
+
+
+def reply_feedback(verdict: Verdict, toolset: ToolSet) -> str:
+    """The instruction for a reply without calls, in any dialect."""
+    return describe_reply_error(list(verdict.calls), toolset.names)
+
+
 def repair_messages(
     messages: list[Any], reply: Reply, verdict: Verdict, toolset: ToolSet
 ) -> list[Any]:
     """The original messages, the failed reply, and what is wrong with it."""
-    offered = toolset.names
     if reply.tool_calls:
         # Content is "" rather than null: llama-cpp-python rejects null assistant content.
-        shown = Reply(content=defang(reply.content or "", ECHO_LIMIT),
-                      tool_calls=tuple(map(_echoable, reply.tool_calls)))
-        by_index = {v.index: v for v in verdict.calls if v.index is not None}
-        feedback: list[JsonObject] = []
-        for index, call in enumerate(reply.tool_calls):
-            call_verdict = by_index[index]
-            spec = toolset.get(call.name)
-            content = describe_call_error(call_verdict, call.arguments, offered,
-                                          spec.parameters if spec else None)
-            feedback.append({"role": "tool", "tool_call_id": call.id, "content": content})
-        return [*messages, message_of(shown), *feedback]
+        feedback: list[JsonObject] = [
+            {"role": "tool", "tool_call_id": call_id, "content": content}
+            for call_id, content in call_feedback(reply, verdict, toolset)]
+        return [*messages, message_of(shown_reply(reply)), *feedback]
     assistant = {"role": "assistant", "content": defang(reply.content or "", ECHO_LIMIT)}
-    instruction = {"role": "user", "content": describe_reply_error(list(verdict.calls), offered)}
+    instruction = {"role": "user", "content": reply_feedback(verdict, toolset)}
     return [*messages, assistant, instruction]
 
 

@@ -76,6 +76,12 @@ def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
                  max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ChatRequest:
     body = parse_body(raw, max_depth)
     _check_messages(body)
+    return request_of(body, cache, grounding)
+
+
+def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy) -> ChatRequest:
+    """A parsed chat body whose envelope was checked (here, or by a dialect translating its
+    own request into this view)."""
     stream_flag = body.get("stream", False)
     if not isinstance(stream_flag, bool) and stream_flag is not None:
         raise BadRequest("'stream' must be a boolean", param="stream")

@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from reflexguard.core.completion import new_call_id
+from reflexguard.core.completion import choices_of, new_call_id, reply_of
+from reflexguard.core.ladder import Attempt, LadderResult, agent_completion
 from reflexguard.core.model import JsonObject, Reply, ToolCall, as_object
 
 CALL_OPENINGS = ("{", "[", "```", "<tool_call>")
@@ -146,43 +147,67 @@ class StreamAssembler:
         return completion
 
 
-def _chunk(template: JsonObject, delta: JsonObject, finish: str | None) -> bytes:
-    body = {
+def chunk_body(template: JsonObject, delta: JsonObject, finish: str | None) -> JsonObject:
+    return {
         "id": template.get("id", "chatcmpl-reflexguard"),
         "object": "chat.completion.chunk",
         "created": template.get("created", int(time.time())),
         "model": template.get("model", ""),
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
-    return sse(orjson.dumps(body))
+
+
+def text_chunk_body(template: JsonObject, text: str) -> JsonObject:
+    return chunk_body(template, {"content": text}, None)
 
 
 def text_chunk(template: JsonObject, text: str) -> bytes:
-    return _chunk(template, {"content": text}, None)
+    return sse(orjson.dumps(text_chunk_body(template, text)))
+
+
+def reply_chunk_bodies(
+    template: JsonObject, reply: Reply, text: str | None, usage: JsonObject | None
+) -> list[JsonObject]:
+    """The chunks that finish a choice: optional text, the calls, the finish, usage."""
+    bodies: list[JsonObject] = []
+    if text:
+        bodies.append(chunk_body(template, {"content": text}, None))
+    for index, call in enumerate(reply.tool_calls):
+        delta = {"tool_calls": [{
+            "index": index, "id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }]}
+        bodies.append(chunk_body(template, delta, None))
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    bodies.append(chunk_body(template, {}, finish))
+    if usage is not None:
+        bodies.append({"id": template.get("id", "chatcmpl-reflexguard"),
+                       "object": "chat.completion.chunk", "created": template.get("created", 0),
+                       "model": template.get("model", ""), "choices": [], "usage": usage})
+    return bodies
 
 
 def reply_chunks(
     template: JsonObject, reply: Reply, text: str | None, usage: JsonObject | None
 ) -> list[bytes]:
     """SSE events that finish a choice: optional text, the calls, the finish, usage, DONE."""
-    events: list[bytes] = []
-    if text:
-        events.append(_chunk(template, {"content": text}, None))
-    for index, call in enumerate(reply.tool_calls):
-        delta = {"tool_calls": [{
-            "index": index, "id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments},
-        }]}
-        events.append(_chunk(template, delta, None))
-    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-    events.append(_chunk(template, {}, finish))
-    if usage is not None:
-        body = {"id": template.get("id", "chatcmpl-reflexguard"),
-                "object": "chat.completion.chunk", "created": template.get("created", 0),
-                "model": template.get("model", ""), "choices": [], "usage": usage}
-        events.append(sse(orjson.dumps(body)))
-    events.append(DONE)
-    return events
+    return [*(sse(orjson.dumps(b)) for b in reply_chunk_bodies(template, reply, text, usage)),
+            DONE]
+
+
+def closing_chunk_bodies(assembler: StreamAssembler, result: LadderResult,
+                         final: Attempt) -> list[JsonObject]:
+    """The chunks that end a guarded stream once its ladder has run: what was held back
+    (or the repaired reply), the calls, the finish and the summed usage."""
+    outgoing = agent_completion(result, final)
+    choices = choices_of(outgoing)
+    reply = reply_of(choices[0]) if choices else final.reply
+    if final.number == 1:
+        text = reply.content if final.lifted else assembler.held_text
+    else:
+        text = reply.content
+    usage = outgoing.get("usage") if assembler.usage is not None else None
+    return reply_chunk_bodies(assembler.template, reply, text, usage)
 
 
 def error_event(message: str, code: str = "upstream_stream_error") -> bytes:

@@ -16,8 +16,10 @@ from aiohttp import web
 
 from reflexguard.core.errors import error_body
 from reflexguard.core.ladder import (
+    CHAT_BUILDERS,
     Attempt,
     LadderResult,
+    RequestBuilders,
     agent_completion,
     read_attempt,
     returned_attempt,
@@ -37,6 +39,11 @@ from reflexguard.http.upstream import (
 class GuardedCall:
     """One guarded chat completion: its first attempt, ladder and telemetry."""
 
+    # What the ladder re-asks with and in which dialect it is counted; a native dialect's
+    # call (dialect_call.py) sets its own.
+    builders: RequestBuilders = CHAT_BUILDERS
+    dialect = "chat"
+
     def __init__(self, guard: GuardContext, chat: ChatRequest, raw: bytes, headers: dict[str, str],
                  session: str | None, started: float) -> None:
         self.guard = guard
@@ -54,21 +61,26 @@ class GuardedCall:
         return await self.guard.upstream.completion(body, self.headers,
                                                     self.guard.settings.max_json_depth)
 
+    def ladder_body(self) -> dict[str, Any]:
+        """The request the ladder's re-asks extend, in the wire format `send` posts."""
+        return self.chat.body
+
     def on_attempt(self, attempt: Attempt) -> None:
         self.guard.telemetry.attempt(attempt, self.request_id, self.session, self.chat.model,
-                                     self.rules.toolset.digest, self.chat.stream)
+                                     self.rules.toolset.digest, self.chat.stream, self.dialect)
 
     async def ladder(self, first: Attempt) -> LadderResult:
         try:
             async with asyncio.timeout_at(self.deadline):
-                result = await run_ladder(self.chat.body, first, self.rules, self.guard.policy,
-                                          self.send, self.on_attempt)
+                result = await run_ladder(self.ladder_body(), first, self.rules,
+                                          self.guard.policy, self.send, self.on_attempt,
+                                          self.builders)
         except TimeoutError:
             # The deadline fell during repair: the agent gets the model's first answer (what
             # it would have had without reflexguard), or the exhausted error if so set.
             result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id,
-                                     self.session)
+                                     self.session, self.dialect)
         return result
 
     def finish(self, result: LadderResult) -> dict[str, str]:
@@ -82,13 +94,10 @@ class GuardedCall:
         }
 
     def exhausted_error(self, result: LadderResult) -> bytes | None:
-        if result.outcome != "exhausted" or self.guard.policy.on_exhausted != "error":
+        message = exhausted_message(result, self.guard.policy.on_exhausted)
+        if message is None:
             return None
-        channels = sorted({str(v.channel) for v in result.final.verdict.violations})
-        return error_body(
-            502, f"the model produced no valid tool call in {result.upstream_calls} attempts "
-            f"({', '.join(channels)})", code="tool_call_repair_exhausted",
-        )
+        return error_body(502, message, code="tool_call_repair_exhausted")
 
     async def respond(self) -> web.Response:
         began = time.perf_counter()
@@ -127,3 +136,12 @@ class GuardedCall:
                                       session=self.session)
         return UpstreamTimeout(f"no answer within request_timeout "
                                f"({self.guard.settings.request_timeout:g} s)")
+
+
+def exhausted_message(result: LadderResult, on_exhausted: str) -> str | None:
+    """The error text after an exhausted ladder with `on_exhausted: error`, else None."""
+    if result.outcome != "exhausted" or on_exhausted != "error":
+        return None
+    channels = sorted({str(v.channel) for v in result.final.verdict.violations})
+    return (f"the model produced no valid tool call in {result.upstream_calls} attempts "
+            f"({', '.join(channels)})")

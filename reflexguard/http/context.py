@@ -6,16 +6,13 @@ This is an I/O edge only by what it holds; building it opens nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
-from reflexguard.core.fixes import FixPolicy
-from reflexguard.core.ladder import GuardPolicy
 from reflexguard.core.toolset import ToolSetCache
-from reflexguard.dialects.chat_request import GroundingPolicy
 from reflexguard.http.upstream import Upstream
 from reflexguard.ops.config import Settings
+from reflexguard.ops.policy import grounding_policy, guard_policy
 from reflexguard.ops.telemetry import Telemetry
 
 # (HTTP status, body) for /healthz when something supervises the upstream (serve.py sets it
@@ -32,19 +29,5 @@ class GuardContext:
         self.telemetry = telemetry
         self.health: HealthCheck | None = None
         self.toolsets = ToolSetCache()
-        self.grounding = GroundingPolicy(
-            pattern=re.compile(settings.grounding_pattern) if settings.grounding else None,
-            include_system=settings.grounding_include_system,
-        )
-        self.policy = GuardPolicy(
-            repair=settings.repair,
-            max_repairs=settings.max_repairs,
-            constrained=settings.constrained_retry,
-            fixes=FixPolicy(
-                json_repair=settings.json_repair,
-                snap_names=settings.snap_names,
-                snap_threshold=settings.snap_threshold,
-            ),
-            lift_text_calls=settings.tool_call_format == "content",
-            on_exhausted=settings.on_exhausted,
-        )
+        self.grounding = grounding_policy(settings)
+        self.policy = guard_policy(settings)

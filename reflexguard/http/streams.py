@@ -21,13 +21,13 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from reflexguard.core.completion import choices_of, reply_of
-from reflexguard.core.ladder import agent_completion, read_attempt, returned_attempt
+from reflexguard.core.ladder import read_attempt, returned_attempt
 from reflexguard.core.limits import depth_exceeds, nesting_could_exceed
 from reflexguard.dialects.chat_stream import (
+    DONE,
     StreamAssembler,
+    closing_chunk_bodies,
     error_event,
-    reply_chunks,
     sse,
     text_chunk,
 )
@@ -212,14 +212,7 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
         await out.write(sse(failure))
         return await out.end()
     final = returned_attempt(result, guard.policy.on_exhausted)
-    outgoing = agent_completion(result, final)
-    choices = choices_of(outgoing)
-    reply = reply_of(choices[0]) if choices else final.reply
-    if final.number == 1:
-        text = reply.content if final.lifted else assembler.held_text
-    else:
-        text = reply.content
-    usage = outgoing.get("usage") if assembler.usage is not None else None
-    for event in reply_chunks(assembler.template, reply, text, usage):
-        await out.write(event)
+    for body in closing_chunk_bodies(assembler, result, final):
+        await out.write(sse(orjson.dumps(body)))
+    await out.write(DONE)
     return await out.end()

@@ -25,7 +25,10 @@ __all__ = [
     "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnreachable", "parse_completion",
 ]
 
-FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
+# The Anthropic ones matter for a native Messages upstream: its version and beta features
+# (Claude Code sends several) are the client's choice, not ours.
+FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project", "x-api-key",
+                     "anthropic-version", "anthropic-beta")
 
 
 class UpstreamUnreachable(UpstreamFailure):
@@ -112,6 +115,8 @@ class Upstream:
                 headers[name] = value
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
+            if "x-api-key" in headers:  # the agent's key must not reach an upstream we key
+                headers["x-api-key"] = self._api_key
         elif self._url_auth:
             headers["authorization"] = self._url_auth
         return headers

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
@@ -23,6 +24,7 @@ from reflexguard.core.grounding import DEFAULT_PATTERN
 from reflexguard.core.ladder import MAX_REPAIRS_CEILING, OnExhausted
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
 from reflexguard.core.repair import ConstrainedMode
+from reflexguard.dialects.native import DIALECTS, DialectName
 
 ToolCallFormat = Literal["openai", "content"]
 
@@ -38,6 +40,10 @@ class Settings(BaseSettings):
     request_timeout: float = Field(
         900.0, gt=0, description="seconds for one client request, every attempt included")
     tool_call_format: ToolCallFormat = "openai"
+    # The dialects the upstream serves itself; the others are translated to chat there.
+    # NoDecode: the env form is a comma list ("chat"), not JSON.
+    upstream_dialects: Annotated[list[DialectName], NoDecode] = Field(
+        default_factory=lambda: list(DIALECTS))
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
     repair: bool = True
@@ -66,6 +72,20 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.lower() in ("on", "off"):
             return value.lower() == "on"
         return value
+
+    @field_validator("upstream_dialects", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("upstream_dialects")
+    @classmethod
+    def _serves_chat(cls, value: list[DialectName]) -> list[DialectName]:
+        if "chat" not in value:  # translation targets chat: an upstream must speak it
+            raise ValueError("must include chat")
+        return list(dict.fromkeys(value))
 
     @field_validator("grounding_pattern")
     @classmethod

@@ -82,11 +82,12 @@ class Telemetry:
     def __init__(self, events_path: Path | None = None) -> None:
         self.registry = CollectorRegistry()
         self.tool_calls = PromCounter(
-            "reflexguard_tool_calls", "Tool calls by channel", ["channel", "model"],
+            "reflexguard_tool_calls", "Tool calls by channel", ["channel", "model", "dialect"],
             registry=self.registry,
         )
         self.repairs = PromCounter(
-            "reflexguard_repairs", "Repair ladders by outcome", ["outcome"], registry=self.registry
+            "reflexguard_repairs", "Repair ladders by outcome", ["outcome", "dialect"],
+            registry=self.registry,
         )
         self.fallbacks = PromCounter(
             "reflexguard_fallbacks", "Fallbacks taken, by kind", ["kind"], registry=self.registry
@@ -126,7 +127,7 @@ class Telemetry:
             self._events.flush()
 
     def attempt(self, attempt: Attempt, request_id: str, session: str | None, model: str,
-                toolset_hash: str, stream: bool) -> None:
+                toolset_hash: str, stream: bool, dialect: str = "chat") -> None:
         calls: list[CallEvent] = [
             {"channel": str(v.channel), "name": safe_label(v.name) if v.name else v.name,
              "detail": clip(v.detail, DETAIL_LIMIT)}
@@ -135,7 +136,7 @@ class Telemetry:
         if attempt.kind != "fix":
             label = self._model_label(model)
             for call in calls:
-                self.tool_calls.labels(call["channel"], label).inc()
+                self.tool_calls.labels(call["channel"], label, dialect).inc()
                 if session and call["channel"] != Channel.OK:
                     self.sessions.add(session, call["channel"])
             self.upstream_seconds.observe(attempt.upstream_seconds)
@@ -161,9 +162,9 @@ class Telemetry:
         return "other"
 
     def outcome(self, outcome: Outcome, fallbacks: list[str], request_id: str,
-                session: str | None) -> None:
+                session: str | None, dialect: str = "chat") -> None:
         if outcome not in ("clean", "observed"):
-            self.repairs.labels(outcome).inc()
+            self.repairs.labels(outcome, dialect).inc()
         if outcome != "clean":
             self._write({"event": "outcome", "ts": time.time(), "outcome": outcome,
                          "request_id": request_id, "session": session})

@@ -86,6 +86,8 @@ class FakeUpstream:
             return web.Response(status=step.status, body=step.body,
                                 content_type="application/json")
         completion = step.completion or text_completion("")
+        if body.get("stream") and request.path in ("/v1/messages", "/v1/responses"):
+            return await _native_stream(request, completion)
         if body.get("stream"):
             return await _stream(request, completion, step.cut_stream_after,
                                  bool((body.get("stream_options") or {}).get("include_usage")))
@@ -117,5 +119,18 @@ async def _stream(request: web.Request, completion: Completion, cut_after: int |
             return response
         await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def _native_stream(request: web.Request, reply: Completion) -> web.StreamResponse:
+    from tests.fakes.native_replies import anthropic_stream, responses_stream
+
+    events = anthropic_stream(reply) if request.path == "/v1/messages" else \
+        responses_stream(reply)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for data in events:
+        await response.write(data)
     await response.write_eof()
     return response

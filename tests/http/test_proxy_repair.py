@@ -182,7 +182,7 @@ async def test_constrained_last_attempt(fake, proxy):
     assert upstream.requests[2]["tool_choice"] == {
         "type": "function", "function": {"name": "get_order_details"}}
     metrics = await (await client.get("/metrics")).text()
-    assert 'reflexguard_repairs_total{outcome="fixed_by_constrained"} 1.0' in metrics
+    assert 'reflexguard_repairs_total{dialect="chat",outcome="fixed_by_constrained"} 1.0' in metrics
 
 
 async def test_response_format_retry_lifts_the_json_answer(fake, proxy):
@@ -263,8 +263,9 @@ async def test_sessions_and_metrics(fake, proxy):
     missing = await client.get("/reflexguard/sessions/none")
     assert missing.status == 404
     metrics = await (await client.get("/metrics")).text()
-    assert 'reflexguard_tool_calls_total{channel="ok",model="m"} 1.0' in metrics
-    assert 'reflexguard_tool_calls_total{channel="unknown_tool",model="m"} 1.0' in metrics
+    assert 'reflexguard_tool_calls_total{channel="ok",dialect="chat",model="m"} 1.0' in metrics
+    assert ('reflexguard_tool_calls_total{channel="unknown_tool",dialect="chat",model="m"} 1.0'
+            in metrics)
     assert "reflexguard_upstream_seconds_bucket" in metrics
     assert "reflexguard_added_seconds_count 3.0" in metrics
 

@@ -1,0 +1,214 @@
+"""One guarded request, whatever the client: first answer, ladder, what the caller gets.
+
+An edge only through the injected `send` and the telemetry: the decisions are the core's
+(`run_ladder`, `agent_completion`) and the stream's shape is the dialect's, exactly as
+the HTTP proxy drives them (`reflexguard.http.call`, `reflexguard.http.streams`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import structlog
+
+from reflexguard.api.errors import RepairExhausted, UpstreamStreamCut
+from reflexguard.core.errors import BadRequest
+from reflexguard.core.ladder import (
+    Attempt,
+    LadderResult,
+    Send,
+    agent_completion,
+    read_attempt,
+    returned_attempt,
+    run_ladder,
+    settled_without_repair,
+)
+from reflexguard.core.model import JsonObject
+from reflexguard.core.toolset import ToolSetCache
+from reflexguard.dialects.chat_request import ChatRequest, request_of
+from reflexguard.dialects.chat_stream import (
+    StreamAssembler,
+    closing_chunk_bodies,
+    text_chunk_body,
+)
+from reflexguard.ops.config import Settings
+from reflexguard.ops.policy import grounding_policy, guard_policy
+from reflexguard.ops.telemetry import Telemetry, dumps
+
+T = TypeVar("T")
+# Forward the upstream's own chunk object, untouched.
+FORWARD = None
+
+
+def library_logger() -> Any:
+    """In someone else's process, events go to the stdlib logger `reflexguard`, so the
+    application's logging configuration decides (and nothing global is configured);
+    below its level an event costs one check."""
+    return structlog.wrap_logger(
+        logging.getLogger("reflexguard"),
+        processors=[structlog.stdlib.filter_by_level,
+                    structlog.processors.JSONRenderer(serializer=lambda r, **_: dumps(r).decode())],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+
+
+class Guard:
+    """What every guarded call of one wrapped client shares: policy, caches, telemetry."""
+
+    def __init__(self, settings: Settings, telemetry: Telemetry | None = None) -> None:
+        self.settings = settings
+        self.policy = guard_policy(settings)
+        self.grounding = grounding_policy(settings)
+        self.toolsets = ToolSetCache()
+        if telemetry is None:
+            telemetry = Telemetry(settings.events)
+            telemetry.log = library_logger()
+        self.telemetry = telemetry
+
+    def request(self, body: JsonObject) -> GuardedRequest | None:
+        """The guarded request, or None when there is nothing to guard (no tools)."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return None  # the client or the upstream will reject it, as without us
+        try:
+            chat = request_of(body, self.toolsets, self.grounding)
+        except BadRequest as exc:
+            # The proxy answers 400 here; in-process the request is the caller's to send,
+            # so it goes unguarded, as it would without reflexguard (counted, logged).
+            self.telemetry.fallback("request_not_guarded", reason=str(exc))
+            return None
+        return GuardedRequest(self, chat) if chat.guarded else None
+
+
+class GuardedRequest:
+    def __init__(self, guard: Guard, chat: ChatRequest) -> None:
+        assert chat.rules is not None
+        self.guard = guard
+        self.chat = chat
+        self.rules = chat.rules
+        self.request_id = f"rg-{uuid.uuid4().hex[:16]}"
+        self.started = time.perf_counter()
+
+    @property
+    def multiple_choices(self) -> bool:
+        n = self.chat.body.get("n")
+        return isinstance(n, int) and n > 1
+
+    def first(self, completion: JsonObject, seconds: float) -> Attempt:
+        return read_attempt(1, "initial", completion, self.rules,
+                            self.guard.policy.lift_text_calls, seconds)
+
+    def on_attempt(self, attempt: Attempt) -> None:
+        self.guard.telemetry.attempt(attempt, self.request_id, None, self.chat.model,
+                                     self.rules.toolset.digest, self.chat.stream)
+
+    def settled(self, first: Attempt) -> LadderResult | None:
+        """The result without running the ladder, when no repair is called for."""
+        result = settled_without_repair(first, self.guard.policy)
+        if result is not None:
+            self.on_attempt(first)
+            self._outcome(result)
+        return result
+
+    async def ladder(self, first: Attempt, send: Send) -> LadderResult:
+        try:
+            async with asyncio.timeout(self.guard.settings.request_timeout):
+                result = await run_ladder(self.chat.body, first, self.rules, self.guard.policy,
+                                          send, self.on_attempt)
+        except TimeoutError:
+            result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
+        self._outcome(result)
+        return result
+
+    def _outcome(self, result: LadderResult) -> None:
+        self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id, None)
+
+    def answer(self, result: LadderResult) -> JsonObject | None:
+        """The completion the caller gets, or None for the upstream's own, untouched."""
+        self.observe(result)
+        returned = returned_attempt(result, self.guard.policy.on_exhausted)
+        first = result.attempts[0]
+        if returned is first and not first.changed:
+            return None
+        return agent_completion(result, returned)
+
+    def observe(self, result: LadderResult) -> None:
+        """Count the time spent in reflexguard; raise if the ladder ran out under
+        `on_exhausted: error` (the proxy's 502 `tool_call_repair_exhausted`)."""
+        upstream = sum(a.upstream_seconds for a in result.attempts)
+        added = max(0.0, time.perf_counter() - self.started - upstream)
+        self.guard.telemetry.added_seconds.observe(added)
+        if result.outcome == "exhausted" and self.guard.policy.on_exhausted == "error":
+            channels = sorted({str(v.channel) for v in result.final.verdict.violations})
+            raise RepairExhausted(
+                f"the model produced no valid tool call in {result.upstream_calls} attempts "
+                f"({', '.join(channels)})", result)
+
+    def stream(self) -> StreamGuard:
+        return StreamGuard(self)
+
+
+class StreamGuard:
+    """A guarded stream's bookkeeping, for a driver that owns the iteration.
+
+    `feed` says for each upstream chunk what goes out now: `FORWARD` (the upstream's own
+    chunk object) and/or new chunk bodies. `closing` gives the chunks after the ladder.
+    """
+
+    def __init__(self, request: GuardedRequest) -> None:
+        self.request = request
+        self.assembler = StreamAssembler(hold_all_text=request.guard.policy.lift_text_calls)
+        self.began = time.perf_counter()
+
+    def feed(self, chunk: JsonObject) -> list[JsonObject | None]:
+        if "error" in chunk:
+            self._cut(f"upstream error mid-stream: {chunk['error']}")
+        out: list[JsonObject | None] = []
+        if self.assembler.feed(chunk):
+            out.append(FORWARD)
+        if self.assembler.pending_flush is not None:
+            out.append(text_chunk_body(self.assembler.template, self.assembler.pending_flush))
+            self.assembler.pending_flush = None
+        return out
+
+    def first(self) -> Attempt:
+        """The whole stream as the ladder's first attempt; raises if it did not finish."""
+        if not self.assembler.template:
+            self._cut("upstream stream carried no chat-completion chunk")
+        if self.assembler.finish_reason is None:
+            self._cut("upstream stream ended before the reply finished")
+        return self.request.first(self.assembler.completion(), time.perf_counter() - self.began)
+
+    def closing(self, result: LadderResult) -> list[JsonObject]:
+        self.request.observe(result)
+        final = returned_attempt(result, self.request.guard.policy.on_exhausted)
+        return closing_chunk_bodies(self.assembler, result, final)
+
+    def broken(self, reason: str) -> UpstreamStreamCut:
+        self.request.guard.telemetry.fallback("upstream_stream_cut",
+                                              request_id=self.request.request_id)
+        return UpstreamStreamCut(reason)
+
+    def _cut(self, reason: str) -> None:
+        raise self.broken(reason)
+
+
+def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run `make()` (a coroutine) to completion from synchronous code.
+
+    With no event loop in this thread, on a fresh one; with one already running (a sync
+    client called from async code), on a fresh loop in a worker thread, since the
+    caller's loop cannot be re-entered.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reflexguard") as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()

@@ -1,0 +1,122 @@
+"""What every non-chat dialect provides, and reading its requests. Nothing here does I/O.
+
+The core speaks Chat Completions. A dialect maps its wire format into that view (the
+request's tools, tool choice and conversation; a reply's text and calls) and back, and
+writes the ladder's re-asks in its own form. The core never learns which dialect it serves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from reflexguard.core.errors import BadRequest
+from reflexguard.core.ladder import RequestBuilders
+from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
+from reflexguard.core.model import JsonObject
+from reflexguard.core.toolset import InvalidTools, InvalidToolSchema, ToolSetCache
+from reflexguard.dialects.chat_request import (
+    ChatRequest,
+    GroundingPolicy,
+    parse_body,
+    request_of,
+)
+
+DialectName = Literal["chat", "messages", "responses"]
+DIALECTS: tuple[DialectName, ...] = ("chat", "messages", "responses")
+
+# (chat view of the request, names of the fields the view could not carry)
+ToChat = Callable[[JsonObject], tuple[JsonObject, tuple[str, ...]]]
+# a native reply -> the chat completion the core reads
+CompletionOf = Callable[[JsonObject], JsonObject]
+# (chat completion to send, the native request, the native reply it came from or None)
+NativeOf = Callable[[JsonObject, JsonObject, JsonObject | None], JsonObject]
+ErrorBody = Callable[[int, str, str | None, str | None], bytes]
+# the native request checked for what the dialect requires: raises BadRequest
+CheckEnvelope = Callable[[JsonObject], None]
+# (chat tool index) -> (native param of its schema, native field name)
+SchemaParam = Callable[[JsonObject, str], str]
+
+NATIVE_KEY = "reflexguard_native"  # the chat view of a native reply keeps the reply here
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: DialectName
+    path: str  # the upstream route, relative to /v1
+    check: CheckEnvelope
+    to_chat: ToChat
+    completion_of: CompletionOf
+    native_of: NativeOf
+    builders: RequestBuilders
+    error_body: ErrorBody
+    schema_param: SchemaParam
+
+
+@dataclass(frozen=True)
+class DialectRequest:
+    body: JsonObject  # as the client sent it; never mutated
+    chat: ChatRequest  # the Chat Completions view the core validates against
+    dropped: tuple[str, ...]  # request fields a translation to chat would lose
+
+    @property
+    def guarded(self) -> bool:
+        return self.chat.guarded
+
+
+def read_dialect_request(raw: bytes, dialect: Dialect, cache: ToolSetCache,
+                         grounding: GroundingPolicy,
+                         max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> DialectRequest:
+    body = parse_body(raw, max_depth)
+    dialect.check(body)
+    chat_body, dropped = dialect.to_chat(body)
+    tools = chat_body.get("tools")
+    if isinstance(tools, list) and tools:
+        try:
+            cache.get(tools)  # compiled once here, so a bad schema is named in native terms
+        except InvalidToolSchema as exc:
+            field = dialect.schema_param(body, exc.tool_name)
+            raise BadRequest(f"tool {exc.tool_name!r} has an invalid {field.rsplit('.')[-1]}: "
+                             f"{str(exc).split(': ', 1)[-1]}", param=field,
+                             code="invalid_tool_schema") from None
+        except InvalidTools as exc:
+            raise BadRequest(str(exc), param="tools") from None
+    return DialectRequest(body, request_of(chat_body, cache, grounding), dropped)
+
+
+def tool_index(tools: object, name: str) -> int:
+    """Where the tool called `name` sits in a native tool list (0 if it cannot be found)."""
+    if isinstance(tools, list):
+        for index, tool in enumerate(tools):
+            if isinstance(tool, dict) and tool.get("name") == name:
+                return index
+    return 0
+
+
+def dumps(value: object) -> str:
+    """Arguments as the JSON string the core reads; never raises on model output."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def loads_object(arguments: str) -> Any:
+    """Arguments as a JSON value for a dialect that carries them parsed; None if not JSON."""
+    try:
+        return json.loads(arguments)
+    except (ValueError, RecursionError):
+        return None
+
+
+def text_of(content: object) -> str:
+    """The text of a string or of a list of text-bearing blocks or parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = [block["text"] for block in content
+             if isinstance(block, dict) and isinstance(block.get("text"), str)]
+    return "\n".join(texts) if len(texts) > 1 else "".join(texts)

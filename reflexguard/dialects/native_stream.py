@@ -1,0 +1,349 @@
+"""Writing a finished Messages or Responses reply as that dialect's event stream. No I/O.
+
+Each function takes the reply as its non-streamed body would be and returns the SSE
+events, in exactly the order and shape the official SDKs' stream parsers accumulate:
+Messages' message_start / content_block_* / message_delta / message_stop, and Responses'
+response.created / output_item / output_text / function_call_arguments / completed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+
+from reflexguard.core.model import JsonObject, as_object
+
+
+def event(name: str, data: JsonObject) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+# -- Anthropic Messages -------------------------------------------------------------------
+
+
+def _block_events(index: int, block: JsonObject) -> list[bytes]:
+    kind = block.get("type")
+    if kind == "text":
+        start: JsonObject = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": block.get("text", "")}]
+    elif kind == "tool_use":
+        start = {"type": "tool_use", "id": block.get("id"), "name": block.get("name"),
+                 "input": {}}
+        deltas = [{"type": "input_json_delta",
+                   "partial_json": orjson.dumps(block.get("input", {})).decode()}]
+    elif kind == "thinking":
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [{"type": "thinking_delta", "thinking": block.get("thinking", "")},
+                  {"type": "signature_delta", "signature": block.get("signature", "")}]
+    else:  # redacted thinking, server tool blocks: whole in the start event
+        start, deltas = block, []
+    return [event("content_block_start", {"type": "content_block_start", "index": index,
+                                          "content_block": start}),
+            *(event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                            "delta": delta}) for delta in deltas),
+            event("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def message_start(message: JsonObject) -> bytes:
+    usage = dict(as_object(message.get("usage")))
+    usage["output_tokens"] = min(1, usage.get("output_tokens", 0) or 0)
+    start = {**{k: v for k, v in message.items() if k not in ("content", "usage")},
+             "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
+    return event("message_start", {"type": "message_start", "message": start})
+
+
+def message_events(message: JsonObject, started: bool = False,
+                   first_index: int = 0) -> list[bytes]:
+    """The whole stream of a Messages reply; `started` when message_start (and blocks
+    before `first_index`) are already out, as when text was streamed through at once."""
+    events = [] if started else [message_start(message),
+                                 event("ping", {"type": "ping"})]
+    blocks = [b for b in message.get("content") or [] if isinstance(b, dict)]
+    for index, block in enumerate(blocks[first_index:], start=first_index):
+        events.extend(_block_events(index, block))
+    usage = as_object(message.get("usage"))
+    events.append(event("message_delta", {
+        "type": "message_delta",
+        "delta": {"stop_reason": message.get("stop_reason"),
+                  "stop_sequence": message.get("stop_sequence")},
+        "usage": {"output_tokens": usage.get("output_tokens", 0)}}))
+    events.append(event("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def messages_error_event(message: str) -> bytes:
+    return event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
+
+
+# -- OpenAI Responses ---------------------------------------------------------------------
+
+
+class _Sequence:
+    def __init__(self) -> None:
+        self.number = 0
+
+    def __call__(self, name: str, data: JsonObject) -> bytes:
+        out = event(name, {"type": name, "sequence_number": self.number, **data})
+        self.number += 1
+        return out
+
+
+def _item_events(seq: _Sequence, index: int, item: JsonObject) -> list[bytes]:
+    kind = item.get("type")
+    item_id = item.get("id")
+    if kind == "message":
+        events = [seq("response.output_item.added", {"output_index": index, "item": {
+            **item, "status": "in_progress", "content": []}})]
+        for part_index, part in enumerate(item.get("content") or []):
+            part = as_object(part)
+            where = {"item_id": item_id, "output_index": index, "content_index": part_index}
+            text = part.get("text", "")
+            events.append(seq("response.content_part.added", {
+                **where, "part": {**part, "text": ""}}))
+            if text:
+                events.append(seq("response.output_text.delta", {
+                    **where, "delta": text, "logprobs": []}))
+            events.append(seq("response.output_text.done", {
+                **where, "text": text, "logprobs": []}))
+            events.append(seq("response.content_part.done", {**where, "part": part}))
+    elif kind == "function_call":
+        events = [seq("response.output_item.added", {"output_index": index, "item": {
+            **item, "arguments": "", "status": "in_progress"}})]
+        where = {"item_id": item_id, "output_index": index}
+        arguments = item.get("arguments", "")
+        if arguments:
+            events.append(seq("response.function_call_arguments.delta", {
+                **where, "delta": arguments}))
+        events.append(seq("response.function_call_arguments.done", {
+            **where, "name": item.get("name"), "arguments": arguments}))
+    else:  # reasoning and built-in tool items: whole, added then done
+        events = [seq("response.output_item.added", {"output_index": index, "item": item})]
+    events.append(seq("response.output_item.done", {"output_index": index, "item": item}))
+    return events
+
+
+def response_events(response: JsonObject) -> list[bytes]:
+    seq = _Sequence()
+    pending: dict[str, Any] = {**response, "status": "in_progress", "output": [],
+                               "usage": None, "incomplete_details": None}
+    events = [seq("response.created", {"response": pending}),
+              seq("response.in_progress", {"response": pending})]
+    items = [i for i in response.get("output") or [] if isinstance(i, dict)]
+    for index, item in enumerate(items):
+        events.extend(_item_events(seq, index, item))
+    final = "response.incomplete" if response.get("status") == "incomplete" else \
+        "response.completed"
+    events.append(seq(final, {"response": response}))
+    return events
+
+
+def responses_error_event(message: str) -> bytes:
+    return event("error", {"type": "error", "sequence_number": 0, "code": "upstream_error",
+                           "message": message, "param": None})
+
+
+# -- live streams: upstream events in, the core's chat chunks out, text written at once ---
+
+
+class MessagesWriter:
+    """Writes a Messages stream as it goes: text deltas at once, held calls at the end."""
+
+    def __init__(self, skeleton: JsonObject) -> None:
+        self.skeleton = skeleton  # a message_start message: id, model, usage
+        self.started = False
+        self.index = 0
+        self.text_open = False
+
+    def _start(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        return [message_start(self.skeleton), event("ping", {"type": "ping"})]
+
+    def text(self, delta: str) -> list[bytes]:
+        out = self._start()
+        if not self.text_open:
+            self.text_open = True
+            out.append(event("content_block_start", {
+                "type": "content_block_start", "index": self.index,
+                "content_block": {"type": "text", "text": ""}}))
+        out.append(event("content_block_delta", {
+            "type": "content_block_delta", "index": self.index,
+            "delta": {"type": "text_delta", "text": delta}}))
+        return out
+
+    def finish(self, reply: JsonObject, text: str | None) -> list[bytes]:
+        """The rest of the stream: `text` (held until now), the reply's calls, the end."""
+        out = self._start()
+        if text:
+            out.extend(self.text(text))
+        if self.text_open:
+            out.append(event("content_block_stop", {"type": "content_block_stop",
+                                                    "index": self.index}))
+            self.index += 1
+        calls = [b for b in reply.get("content") or []
+                 if isinstance(b, dict) and b.get("type") == "tool_use"]
+        for offset, block in enumerate(calls):
+            out.extend(_block_events(self.index + offset, block))
+        return out + message_events(reply, started=True, first_index=len(reply["content"]))
+
+
+class ResponsesWriter:
+    """Writes a Responses stream as it goes: text deltas at once, held calls at the end."""
+
+    def __init__(self, skeleton: JsonObject) -> None:
+        self.skeleton = skeleton  # the response as response.created shows it
+        self.seq = _Sequence()
+        self.started = False
+        self.message: JsonObject | None = None
+        self.text_parts: list[str] = []
+
+    def _start(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        pending = {**self.skeleton, "status": "in_progress", "output": [], "usage": None}
+        return [self.seq("response.created", {"response": pending}),
+                self.seq("response.in_progress", {"response": pending})]
+
+    def text(self, delta: str) -> list[bytes]:
+        out = self._start()
+        if self.message is None:
+            self.message = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}",
+                            "status": "in_progress",
+                            "role": "assistant", "content": []}
+            where = {"item_id": self.message["id"], "output_index": 0, "content_index": 0}
+            out.append(self.seq("response.output_item.added",
+                                {"output_index": 0, "item": self.message}))
+            out.append(self.seq("response.content_part.added", {
+                **where, "part": {"type": "output_text", "text": "", "annotations": []}}))
+        self.text_parts.append(delta)
+        out.append(self.seq("response.output_text.delta", {
+            "item_id": self.message["id"], "output_index": 0, "content_index": 0,
+            "delta": delta, "logprobs": []}))
+        return out
+
+    def finish(self, reply: JsonObject, text: str | None) -> list[bytes]:
+        out = self._start()
+        if text:
+            out.extend(self.text(text))
+        output: list[JsonObject] = []
+        if self.message is not None:
+            full = "".join(self.text_parts)
+            part = {"type": "output_text", "text": full, "annotations": []}
+            where = {"item_id": self.message["id"], "output_index": 0, "content_index": 0}
+            out.append(self.seq("response.output_text.done",
+                                {**where, "text": full, "logprobs": []}))
+            out.append(self.seq("response.content_part.done", {**where, "part": part}))
+            item = {**self.message, "status": "completed", "content": [part]}
+            out.append(self.seq("response.output_item.done", {"output_index": 0, "item": item}))
+            output.append(item)
+        for item in reply.get("output") or []:
+            if isinstance(item, dict) and item.get("type") != "message":
+                out.extend(_item_events(self.seq, len(output), item))
+                output.append(item)
+        final = "response.incomplete" if reply.get("status") == "incomplete" else \
+            "response.completed"
+        # The id response.created showed, even when a re-ask's reply supplied the calls.
+        out.append(self.seq(final, {"response": {**reply, "id": self.skeleton.get("id"),
+                                                 "output": output}}))
+        return out
+
+
+class MessagesEvents:
+    """A native Messages stream read into the chat chunks the core's assembler takes."""
+
+    def __init__(self) -> None:
+        self.skeleton: JsonObject = {}
+        self.calls: dict[int, int] = {}  # content block index -> call index
+        self.done = False
+
+    def chunks(self, data: JsonObject) -> list[JsonObject]:
+        kind = data.get("type")
+        if kind == "message_start":
+            self.skeleton = as_object(data.get("message"))
+            return [self._chunk({"role": "assistant"})]
+        if kind == "content_block_start":
+            block = as_object(data.get("content_block"))
+            if block.get("type") == "tool_use":
+                index = self.calls.setdefault(int(data.get("index", 0)), len(self.calls))
+                return [self._chunk({"tool_calls": [{"index": index, "id": block.get("id"),
+                                                     "function": {"name": block.get("name"),
+                                                                  "arguments": ""}}]})]
+            if block.get("type") == "text" and block.get("text"):
+                return [self._chunk({"content": block["text"]})]
+            return []
+        if kind == "content_block_delta":
+            delta = as_object(data.get("delta"))
+            if delta.get("type") == "text_delta":
+                return [self._chunk({"content": delta.get("text", "")})]
+            if delta.get("type") == "input_json_delta":
+                index = self.calls.get(int(data.get("index", 0)), 0)
+                return [self._chunk({"tool_calls": [{"index": index, "function": {
+                    "arguments": delta.get("partial_json", "")}}]})]
+            return []
+        if kind == "message_delta":
+            stop = as_object(data.get("delta")).get("stop_reason")
+            usage = {**as_object(self.skeleton.get("usage")), **as_object(data.get("usage"))}
+            self.skeleton = {**self.skeleton, "usage": usage,
+                             "stop_reason": stop}
+            prompt, output = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+            finish = {"end_turn": "stop", "tool_use": "tool_calls",
+                      "max_tokens": "length"}.get(str(stop), "stop")
+            return [{**self._chunk({}, finish), "usage": {
+                "prompt_tokens": prompt, "completion_tokens": output,
+                "total_tokens": prompt + output}}]
+        if kind == "message_stop":
+            self.done = True
+        return []
+
+    def _chunk(self, delta: JsonObject, finish: str | None = None) -> JsonObject:
+        return {"id": self.skeleton.get("id"), "model": self.skeleton.get("model"),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+class ResponsesEvents:
+    """A native Responses stream read into the chat chunks the core's assembler takes."""
+
+    def __init__(self) -> None:
+        self.skeleton: JsonObject = {}
+        self.calls: dict[int, int] = {}  # output index -> call index
+        self.done = False
+
+    def chunks(self, data: JsonObject) -> list[JsonObject]:
+        kind = data.get("type")
+        if kind == "response.created":
+            self.skeleton = as_object(data.get("response"))
+            return [self._chunk({"role": "assistant"})]
+        if kind == "response.output_item.added":
+            item = as_object(data.get("item"))
+            if item.get("type") == "function_call":
+                index = self.calls.setdefault(int(data.get("output_index", 0)), len(self.calls))
+                return [self._chunk({"tool_calls": [{"index": index, "id": item.get("call_id"),
+                                                     "function": {"name": item.get("name"),
+                                                                  "arguments": ""}}]})]
+            return []
+        if kind == "response.output_text.delta":
+            return [self._chunk({"content": data.get("delta", "")})]
+        if kind == "response.function_call_arguments.delta":
+            index = self.calls.get(int(data.get("output_index", 0)), 0)
+            return [self._chunk({"tool_calls": [{"index": index, "function": {
+                "arguments": data.get("delta", "")}}]})]
+        if kind in ("response.completed", "response.incomplete"):
+            self.done = True
+            response = as_object(data.get("response"))
+            self.skeleton = response  # its output items' ids are kept for valid calls
+            usage = as_object(response.get("usage"))
+            prompt, output = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+            finish = "length" if kind == "response.incomplete" else (
+                "tool_calls" if self.calls else "stop")
+            return [{**self._chunk({}, finish), "usage": {
+                "prompt_tokens": prompt, "completion_tokens": output,
+                "total_tokens": prompt + output}}]
+        return []
+
+    def _chunk(self, delta: JsonObject, finish: str | None = None) -> JsonObject:
+        return {"id": self.skeleton.get("id"), "model": self.skeleton.get("model"),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}

@@ -1,0 +1,182 @@
+"""A guarded Messages or Responses request: native or translated to chat, one answer or
+a stream.
+
+An I/O edge. Native (the dialect is in `upstream_dialects`): the request goes to the same
+route upstream, the native reply is read into the core's view, re-asks are written by the
+dialect's builders, and a valid reply goes back as the upstream's own bytes. Translated:
+the chat view is the request, sent to chat/completions, and the answer is written back in
+the dialect. Either way the ladder, channels and telemetry are the chat ones.
+
+Streams are dialect_stream.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from reflexguard.core.errors import BadRequest
+from reflexguard.core.ladder import (
+    CHAT_BUILDERS,
+    Attempt,
+    LadderResult,
+    agent_completion,
+    read_attempt,
+    returned_attempt,
+)
+from reflexguard.core.limits import clip, safe_label
+from reflexguard.dialects.native import NATIVE_KEY, Dialect, DialectRequest
+from reflexguard.http.call import GuardedCall, exhausted_message
+from reflexguard.http.context import GuardContext
+from reflexguard.http.responses import JSON
+from reflexguard.http.upstream import (
+    AnswerTooDeep,
+    UpstreamFailure,
+    UpstreamHTTPError,
+    parse_completion,
+)
+
+SESSION_HEADERS = ("x-reflexguard-session", "x-claude-code-session-id", "session-id")
+
+
+def session_of(request: web.Request, body: dict[str, Any]) -> str | None:
+    """The agent's natural session id: our header, Claude Code's, Codex's, then the body."""
+    for name in SESSION_HEADERS:
+        if request.headers.get(name):
+            return safe_label(request.headers[name])
+    user = body.get("user")
+    if not isinstance(user, str):
+        metadata = body.get("metadata")
+        user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    return safe_label(user) if isinstance(user, str) else None
+
+
+def dialect_error(dialect: Dialect, status: int, message: str, param: str | None = None,
+                  code: str | None = None, headers: dict[str, str] | None = None
+                  ) -> web.Response:
+    return web.Response(status=status, body=dialect.error_body(status, message, param, code),
+                        content_type=JSON, headers=headers)
+
+
+def dialect_bad_request(dialect: Dialect, exc: BadRequest) -> web.Response:
+    return dialect_error(dialect, exc.status, str(exc), exc.param, exc.code)
+
+
+def dialect_upstream_error(dialect: Dialect, exc: UpstreamFailure, native: bool) -> web.Response:
+    """A native upstream's JSON error is already in the dialect: passed on as it is. Anything
+    else (a chat upstream's error, an HTML page, a timeout) is said in the dialect."""
+    if isinstance(exc, UpstreamHTTPError):
+        try:
+            value = orjson.loads(exc.body)
+        except orjson.JSONDecodeError:
+            value = None
+        if native and isinstance(value, dict) and "error" in value:
+            return web.Response(status=exc.status, body=exc.body, content_type=JSON)
+        error = value.get("error") if isinstance(value, dict) else None
+        message = (error.get("message") if isinstance(error, dict) else error) or \
+            clip(exc.body.decode("utf-8", "replace").strip(), 200) or "an empty body"
+        return dialect_error(dialect, exc.status, f"upstream answered {exc.status}: {message}",
+                             code="upstream_error")
+    return dialect_error(dialect, int(getattr(exc, "status", 502)), str(exc),
+                         code="upstream_error")
+
+
+class DialectCall(GuardedCall):
+    """GuardedCall over a dialect: native re-asks, or the chat view when translated."""
+
+    def __init__(self, guard: GuardContext, request: DialectRequest, raw: bytes,
+                 dialect: Dialect, native: bool, query: str, headers: dict[str, str],
+                 session: str | None, started: float) -> None:
+        chat_raw = orjson.dumps({k: v for k, v in request.chat.body.items()
+                                 if k not in ("stream", "stream_options")})
+        super().__init__(guard, request.chat, chat_raw, headers, session, started)
+        self.request = request
+        self.raw_native = raw
+        self.dialect_spec = dialect
+        self.dialect = dialect.name
+        self.native = native
+        self.builders = dialect.builders if native else CHAT_BUILDERS
+        self.path = f"{dialect.path}?{query}" if native and query else dialect.path
+        self.first_bytes: bytes | None = None
+
+    def ladder_body(self) -> dict[str, Any]:
+        return self.request.body if self.native else self.chat.body
+
+    async def send(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.native:
+            return await super().send(body)
+        raw = await self.guard.upstream.post_json(self.path, orjson.dumps(body), self.headers)
+        return self.dialect_spec.completion_of(
+            parse_completion(raw.body, self.guard.settings.max_json_depth))
+
+    async def first(self) -> tuple[bytes, Attempt]:
+        """The first upstream answer, non-streamed, and its reading."""
+        began = time.perf_counter()
+        depth = self.guard.settings.max_json_depth
+        if self.native:
+            answer = await self.guard.upstream.post_json(self.path, self.raw_native,
+                                                         self.headers)
+            self.first_bytes = answer.body  # for an answer too deep to read: sent as it came
+            completion = self.dialect_spec.completion_of(parse_completion(answer.body, depth))
+        else:
+            answer = await self.guard.upstream.post_json("chat/completions", self.raw,
+                                                         self.headers)
+            completion = parse_completion(answer.body, depth)
+        return answer.body, read_attempt(1, "initial", completion, self.rules,
+                                         self.guard.policy.lift_text_calls,
+                                         time.perf_counter() - began)
+
+    def native_reply(self, result: LadderResult, returned: Attempt) -> dict[str, Any]:
+        completion = agent_completion(result, returned)
+        template = returned.completion.get(NATIVE_KEY) if self.native else None
+        return self.dialect_spec.native_of(completion, self.request.body, template)
+
+    async def answer(self) -> web.StreamResponse:
+        """The non-streamed answer."""
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                body, first = await self.first()
+        except TimeoutError:
+            return dialect_upstream_error(self.dialect_spec, self.deadline_failure(),
+                                          self.native)
+        except AnswerTooDeep:
+            self.guard.telemetry.fallback("answer_too_deep_not_guarded",
+                                          request_id=self.request_id, dialect=self.dialect)
+            if self.first_bytes is not None:  # native: the agent's answer, unguarded
+                return web.Response(body=self.first_bytes, content_type=JSON)
+            # Translated: a chat answer this deep cannot be written back in the dialect.
+            return dialect_error(self.dialect_spec, 502, "upstream answer nests too deeply")
+        except UpstreamFailure as exc:
+            return dialect_upstream_error(self.dialect_spec, exc, self.native)
+        result = await self.ladder(first)
+        headers = self.finish(result)
+        message = exhausted_message(result, self.guard.policy.on_exhausted)
+        if message is not None:
+            return dialect_error(self.dialect_spec, 502, message,
+                                 code="tool_call_repair_exhausted", headers=headers)
+        returned = returned_attempt(result, self.guard.policy.on_exhausted)
+        if self.native and returned is first and not first.changed:
+            return web.Response(body=body, content_type=JSON, headers=headers)
+        reply = self.native_reply(result, returned)
+        return web.Response(body=orjson.dumps(reply), content_type=JSON, headers=headers)
+
+
+async def translated_unguarded(guard: GuardContext, request: web.Request,
+                               dialect_request: DialectRequest, dialect: Dialect,
+                               headers: dict[str, str]) -> web.StreamResponse:
+    """A non-streamed request without tools to a chat-only upstream: translated both ways,
+    nothing to validate (its stream twin is dialect_stream.translated_plain_stream)."""
+    chat = {k: v for k, v in dialect_request.chat.body.items()
+            if k not in ("stream", "stream_options")}
+    try:
+        completion = await guard.upstream.completion(chat, headers,
+                                                     guard.settings.max_json_depth)
+    except UpstreamFailure as exc:
+        return dialect_upstream_error(dialect, exc, native=False)
+    reply = dialect.native_of(completion, dialect_request.body, None)
+    return web.Response(body=orjson.dumps(reply), content_type=JSON)
+

@@ -1,0 +1,232 @@
+"""A guarded Messages or Responses stream: text through at once, calls held and repaired.
+
+An I/O edge. The upstream's stream (native events, or chat chunks when translated) is
+read into the core's chat chunks and the chat `StreamAssembler` decides what text may
+pass now (text that could open a call written as text is held, as for chat). Released text
+is written at once in the dialect's grammar; at the end the calls are validated, repaired
+with non-streamed requests if needed, and written as whole, well-formed events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from reflexguard.core.ladder import agent_completion, read_attempt, returned_attempt
+from reflexguard.core.model import as_object
+from reflexguard.dialects.chat_stream import StreamAssembler
+from reflexguard.dialects.native import NATIVE_KEY, Dialect, DialectRequest
+from reflexguard.dialects.native_stream import (
+    MessagesEvents,
+    MessagesWriter,
+    ResponsesEvents,
+    ResponsesWriter,
+    messages_error_event,
+    responses_error_event,
+)
+from reflexguard.http.call import exhausted_message
+from reflexguard.http.context import GuardContext
+from reflexguard.http.dialect_call import DialectCall, dialect_error, dialect_upstream_error
+from reflexguard.http.streams import STREAM_FAULTS, ClientGone, ClientStream
+from reflexguard.http.upstream import UpstreamFailure
+
+Events = MessagesEvents | ResponsesEvents
+Writer = MessagesWriter | ResponsesWriter
+
+
+class _ChatEvents:
+    """A translated upstream's chat chunks, already in the core's form."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def chunks(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        return [data]
+
+
+def _writer(call: DialectCall, template: dict[str, Any]) -> Writer:
+    if call.dialect == "messages":
+        return MessagesWriter(template)
+    return ResponsesWriter(template)
+
+
+def _skeleton(call: DialectCall, events: Events | _ChatEvents) -> dict[str, Any]:
+    """What message_start / response.created shows: the upstream's own when native."""
+    if not isinstance(events, _ChatEvents):
+        return events.skeleton
+    empty = {"choices": [{"index": 0, "message": {"content": None}}]}
+    reply = call.dialect_spec.native_of(empty, call.request.body, None)
+    return {**reply, "usage": {"input_tokens": 0, "output_tokens": 0}}
+
+
+async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Events | _ChatEvents,
+                assembler: StreamAssembler, out: ClientStream,
+                writer: list[Writer]) -> str | None:
+    """Feed the upstream stream to the assembler, writing released text; why it broke."""
+    try:
+        async for line in upstream.content:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                events.done = True
+                break
+            try:
+                data = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                call.guard.telemetry.fallback("unparseable_stream_chunk",
+                                              request_id=call.request_id)
+                continue
+            if not isinstance(data, dict):
+                continue
+            if "error" in data or data.get("type") in ("error", "response.failed"):
+                return f"upstream error mid-stream: {str(data.get('error'))[:200]}"
+            for chunk in events.chunks(data):
+                forward = assembler.feed(chunk)
+                if not writer:
+                    writer.append(_writer(call, _skeleton(call, events)))
+                text = as_object(as_object((chunk.get("choices") or [{}])[0]).get("delta"))
+                if forward and isinstance(text.get("content"), str) and text["content"]:
+                    await out.write(b"".join(writer[0].text(text["content"])))
+                if assembler.pending_flush is not None:
+                    await out.write(b"".join(writer[0].text(assembler.pending_flush)))
+                    assembler.pending_flush = None
+    except STREAM_FAULTS as exc:
+        return f"upstream stream was cut off ({type(exc).__name__})"
+    if not events.done and assembler.finish_reason is None:
+        return "upstream stream ended before the reply finished"
+    return None
+
+
+async def dialect_stream(call: DialectCall, request: web.Request) -> web.StreamResponse:
+    out = ClientStream(request)
+    error_event = messages_error_event if call.dialect == "messages" else responses_error_event
+    try:
+        async with asyncio.timeout_at(call.deadline):
+            return await _guarded(call, out)
+    except ClientGone:
+        call.guard.telemetry.client_gone(request_id=call.request_id, session=call.session)
+        return out.response
+    except TimeoutError:
+        failure = call.deadline_failure()
+        if not out.started:
+            return dialect_upstream_error(call.dialect_spec, failure, call.native)
+        await out.write(error_event(str(failure)))
+        return await out.end()
+    except UpstreamFailure as exc:
+        if not out.started:
+            return dialect_upstream_error(call.dialect_spec, exc, call.native)
+        await out.write(error_event(str(exc)))
+        return await out.end()
+
+
+async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
+    guard = call.guard
+    assembler = StreamAssembler(hold_all_text=guard.policy.lift_text_calls)
+    events: Events | _ChatEvents
+    if call.native:
+        events = MessagesEvents() if call.dialect == "messages" else ResponsesEvents()
+        path, raw = call.path, call.raw_native
+    else:
+        events = _ChatEvents()
+        path = "chat/completions"
+        raw = orjson.dumps(call.chat.body)  # stream and include_usage set by the translation
+    writer: list[Writer] = []
+    began = time.perf_counter()
+    async with guard.upstream.stream(path, raw, call.headers) as upstream:
+        broken = await _read(call, upstream, events, assembler, out, writer)
+    if broken is not None:
+        guard.telemetry.fallback("upstream_stream_cut", request_id=call.request_id,
+                                 dialect=call.dialect)
+        if not out.started:
+            return dialect_error(call.dialect_spec, 502, broken, code="upstream_stream_error")
+        error_event = (messages_error_event if call.dialect == "messages"
+                       else responses_error_event)
+        await out.write(error_event(broken))
+        return await out.end()
+    completion = assembler.completion()
+    template = None if isinstance(events, _ChatEvents) else events.skeleton
+    first = read_attempt(1, "initial", completion, call.rules, guard.policy.lift_text_calls,
+                         time.perf_counter() - began)
+    result = await call.ladder(first)
+    headers = call.finish(result)
+    message = exhausted_message(result, guard.policy.on_exhausted)
+    if message is not None and not out.started:
+        return dialect_error(call.dialect_spec, 502, message,
+                             code="tool_call_repair_exhausted", headers=headers)
+    if not writer:
+        writer.append(_writer(call, _skeleton(call, events)))
+    if message is not None:
+        error_event = (messages_error_event if call.dialect == "messages"
+                       else responses_error_event)
+        await out.write(error_event(message))
+        return await out.end()
+    final = returned_attempt(result, guard.policy.on_exhausted)
+    outgoing = agent_completion(result, final)
+    native_template = template if final is first else final.completion.get(NATIVE_KEY)
+    reply = call.dialect_spec.native_of(outgoing, call.request.body, native_template)
+    if final.number == 1:
+        text = final.reply.content if final.lifted else assembler.held_text
+    else:
+        text = as_object(as_object(outgoing["choices"][0]).get("message")).get("content")
+    for chunk in writer[0].finish(reply, text if isinstance(text, str) else None):
+        await out.write(chunk)
+    return await out.end()
+
+
+async def translated_plain_stream(call_guard: GuardContext, request: web.Request,
+                                  parsed: DialectRequest, dialect: Dialect,
+                                  headers: dict[str, str]) -> web.StreamResponse:
+    """A stream without tools to a chat-only upstream: nothing to validate, so every text
+    delta is written at once in the dialect's grammar."""
+    out = ClientStream(request)
+    assembler = StreamAssembler()
+    empty = {"choices": [{"index": 0, "message": {"content": None}}]}
+    skeleton = {**dialect.native_of(empty, parsed.body, None),
+                "usage": {"input_tokens": 0, "output_tokens": 0}}
+    writer: Writer = (MessagesWriter(skeleton) if dialect.name == "messages"
+                      else ResponsesWriter(skeleton))
+    error_event = messages_error_event if dialect.name == "messages" else responses_error_event
+    try:
+        async with call_guard.upstream.stream("chat/completions",
+                                              orjson.dumps(parsed.chat.body),
+                                              headers) as upstream:
+            async for line in upstream.content:
+                line = line.strip()
+                if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                    continue
+                try:
+                    chunk = orjson.loads(line[5:].strip())
+                except orjson.JSONDecodeError:
+                    continue
+                if not isinstance(chunk, dict):
+                    continue
+                assembler.feed(chunk)
+                delta = as_object(as_object((chunk.get("choices") or [{}])[0]).get("delta"))
+                if isinstance(delta.get("content"), str) and delta["content"]:
+                    await out.write(b"".join(writer.text(delta["content"])))
+        reply = dialect.native_of(assembler.completion(), parsed.body, None)
+        for data in writer.finish({**reply, "content": []} if dialect.name == "messages"
+                                  else {**reply, "output": []}, None):
+            await out.write(data)
+        return await out.end()
+    except ClientGone:
+        call_guard.telemetry.client_gone(path=request.path)
+        return out.response
+    except UpstreamFailure as exc:
+        if not out.started:
+            return dialect_upstream_error(dialect, exc, native=False)
+        await out.write(error_event(str(exc)))
+        return await out.end()
+    except STREAM_FAULTS:
+        call_guard.telemetry.fallback("upstream_stream_cut", path=request.path)
+        if not out.started:
+            return dialect_error(dialect, 502, "upstream stream was cut off")
+        await out.write(error_event("upstream stream was cut off"))
+        return await out.end()

@@ -1,0 +1,1 @@
+"""reflexguard inside other gateways (today: LiteLLM proxy's guardrails)."""
