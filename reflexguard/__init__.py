@@ -5,21 +5,36 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import anthropic
+
+    from reflexguard.api.anthropic_client import GuardedAnthropic
     from reflexguard.api.litellm_calls import GuardedLiteLLM
     from reflexguard.api.openai_client import GuardedClient
 
 
-def guard(client: Any, config: str | Path | None = None, **policy: Any) -> GuardedClient:
-    """Wrap an `openai.OpenAI` / `openai.AsyncOpenAI` client (`docs/python.md`). Imports
-    nothing heavy until called."""
+@overload
+def guard(client: anthropic.Anthropic | anthropic.AsyncAnthropic,
+          config: str | Path | None = None, **policy: Any) -> GuardedAnthropic: ...
+
+
+@overload
+def guard(client: Any, config: str | Path | None = None, **policy: Any) -> GuardedClient: ...
+
+
+def guard(client: Any, config: str | Path | None = None,
+          **policy: Any) -> GuardedClient | GuardedAnthropic:
+    """Wrap an `openai.OpenAI` / `openai.AsyncOpenAI` client (chat completions and
+    responses) or an `anthropic.Anthropic` / `anthropic.AsyncAnthropic` one (messages)
+    (`docs/python.md`). Imports nothing heavy until called."""
     from reflexguard.api import guard as build
 
-    return build(client, config, **policy)
+    guarded: GuardedClient | GuardedAnthropic = build(client, config, **policy)
+    return guarded
 
 
 def guard_litellm(config: str | Path | None = None, **policy: Any) -> GuardedLiteLLM:

@@ -2,8 +2,10 @@
 
 An I/O edge: `call` is the client's own create function, made to take a plain body.
 The first answer is the caller's request as sent; re-asks go through the same `call`,
-never streamed. A first answer that needs no repair is returned as the client's own
-object, untouched; otherwise the client's own type is rebuilt from the ladder's answer.
+never streamed. With a `dialect` (Messages, Responses) the body and the client's objects
+are that dialect's, and the door reads them into the core's view. A first answer that
+needs no repair is returned as the client's own object, untouched; otherwise the client's
+own type is rebuilt from the ladder's answer.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from reflexguard.api.engine import FORWARD, Guard, GuardedRequest, StreamGuard, 
 from reflexguard.api.streams import AsyncGuardedStream, GuardedStream
 from reflexguard.core.ladder import Attempt, LadderResult, UpstreamFailure
 from reflexguard.core.model import JsonObject
+from reflexguard.dialects.native import Dialect
 
 SyncCall = Callable[[JsonObject], Any]
 AsyncCall = Callable[[JsonObject], Awaitable[Any]]
@@ -70,6 +73,13 @@ async def settle_async(request: GuardedRequest, first: Attempt, call: AsyncCall,
 
 
 def _passthrough_stream(request: GuardedRequest) -> bool:
+    if request.dialect is not None:
+        # A native Messages or Responses stream is guarded by the proxy only: in-process it
+        # reaches the caller as the SDK's own stream, unguarded (counted, logged).
+        request.guard.telemetry.fallback("stream_not_guarded_inprocess",
+                                         request_id=request.request_id,
+                                         dialect=request.dialect_name)
+        return True
     if not request.multiple_choices:
         return False
     request.guard.telemetry.fallback("multiple_choices_stream_not_guarded",
@@ -77,8 +87,9 @@ def _passthrough_stream(request: GuardedRequest) -> bool:
     return True
 
 
-def complete_sync(guard: Guard, body: JsonObject, call: SyncCall, door: Door) -> Any:
-    request = guard.request(body)
+def complete_sync(guard: Guard, body: JsonObject, call: SyncCall, door: Door,
+                  dialect: Dialect | None = None) -> Any:
+    request = guard.request(body, dialect)
     if request is None:
         return call(body)
     if request.chat.stream:
@@ -92,8 +103,9 @@ def complete_sync(guard: Guard, body: JsonObject, call: SyncCall, door: Door) ->
     return response if answer is None else door.completion(answer)
 
 
-async def complete_async(guard: Guard, body: JsonObject, call: AsyncCall, door: Door) -> Any:
-    request = guard.request(body)
+async def complete_async(guard: Guard, body: JsonObject, call: AsyncCall, door: Door,
+                         dialect: Dialect | None = None) -> Any:
+    request = guard.request(body, dialect)
     if request is None:
         return await call(body)
     if request.chat.stream:

@@ -20,6 +20,7 @@ import structlog
 from reflexguard.api.errors import RepairExhausted, UpstreamStreamCut
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.ladder import (
+    CHAT_BUILDERS,
     Attempt,
     LadderResult,
     Send,
@@ -36,6 +37,13 @@ from reflexguard.dialects.chat_stream import (
     StreamAssembler,
     closing_chunk_bodies,
     text_chunk_body,
+)
+from reflexguard.dialects.native import (
+    NATIVE_KEY,
+    Dialect,
+    dialect_request,
+    echoing_builders,
+    native_reply,
 )
 from reflexguard.ops.config import Settings
 from reflexguard.ops.policy import grounding_policy, guard_policy
@@ -71,8 +79,12 @@ class Guard:
             telemetry.log = library_logger()
         self.telemetry = telemetry
 
-    def request(self, body: JsonObject) -> GuardedRequest | None:
-        """The guarded request, or None when there is nothing to guard (no tools)."""
+    def request(self, body: JsonObject, dialect: Dialect | None = None) -> GuardedRequest | None:
+        """The guarded request, or None when there is nothing to guard (no tools). With a
+        dialect, `body` is that dialect's native request, guarded as the proxy's native
+        mode guards it."""
+        if dialect is not None:
+            return self._native_request(body, dialect)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return None  # the client or the upstream will reject it, as without us
@@ -85,13 +97,36 @@ class Guard:
             return None
         return GuardedRequest(self, chat) if chat.guarded else None
 
+    def _native_request(self, body: JsonObject, dialect: Dialect) -> GuardedRequest | None:
+        try:
+            native = dialect_request(body, dialect, self.toolsets, self.grounding)
+        except BadRequest as exc:
+            self.telemetry.fallback("request_not_guarded", reason=str(exc),
+                                    dialect=dialect.name)
+            return None
+        return GuardedRequest(self, native.chat, dialect, native.body) if native.guarded \
+            else None
+
 
 class GuardedRequest:
-    def __init__(self, guard: Guard, chat: ChatRequest) -> None:
+    """One guarded request. Chat Completions by default; with a `dialect`, `body` is the
+    native request, re-asks are written by the dialect's builders, and the answer is a
+    native reply (the upstream's replies arrive already read by `completion_of`)."""
+
+    def __init__(self, guard: Guard, chat: ChatRequest, dialect: Dialect | None = None,
+                 body: JsonObject | None = None) -> None:
         assert chat.rules is not None
         self.guard = guard
         self.chat = chat
         self.rules = chat.rules
+        self.dialect = dialect
+        self.body = body if dialect is not None and body is not None else chat.body
+        # The latest upstream reply, native: its thinking blocks / reasoning items are
+        # echoed in the re-ask that answers it, as the proxy's native mode does.
+        self.latest: JsonObject = {}
+        self.builders = (CHAT_BUILDERS if dialect is None else
+                         echoing_builders(dialect, lambda: dialect.reasoning_of(self.latest)))
+        self.dialect_name = dialect.name if dialect is not None else "chat"
         self.request_id = f"rg-{uuid.uuid4().hex[:16]}"
         self.started = time.perf_counter()
 
@@ -105,8 +140,12 @@ class GuardedRequest:
                             self.guard.policy.lift_text_calls, seconds)
 
     def on_attempt(self, attempt: Attempt) -> None:
+        native = attempt.completion.get(NATIVE_KEY)
+        if isinstance(native, dict):
+            self.latest = native
         self.guard.telemetry.attempt(attempt, self.request_id, None, self.chat.model,
-                                     self.rules.toolset.digest, self.chat.stream)
+                                     self.rules.toolset.digest, self.chat.stream,
+                                     self.dialect_name)
 
     def settled(self, first: Attempt) -> LadderResult | None:
         """The result without running the ladder, when no repair is called for."""
@@ -119,23 +158,27 @@ class GuardedRequest:
     async def ladder(self, first: Attempt, send: Send) -> LadderResult:
         try:
             async with asyncio.timeout(self.guard.settings.request_timeout):
-                result = await run_ladder(self.chat.body, first, self.rules, self.guard.policy,
-                                          send, self.on_attempt)
+                result = await run_ladder(self.body, first, self.rules, self.guard.policy,
+                                          send, self.on_attempt, self.builders)
         except TimeoutError:
             result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
         self._outcome(result)
         return result
 
     def _outcome(self, result: LadderResult) -> None:
-        self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id, None)
+        self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id, None,
+                                     self.dialect_name)
 
     def answer(self, result: LadderResult) -> JsonObject | None:
-        """The completion the caller gets, or None for the upstream's own, untouched."""
+        """The completion (or, with a dialect, the native reply) the caller gets, or None
+        for the upstream's own, untouched."""
         self.observe(result)
         returned = returned_attempt(result, self.guard.policy.on_exhausted)
         first = result.attempts[0]
         if returned is first and not first.changed:
             return None
+        if self.dialect is not None:
+            return native_reply(self.dialect, self.body, result, returned)
         return agent_completion(result, returned)
 
     def observe(self, result: LadderResult) -> None:

@@ -260,7 +260,8 @@ def completion_of(message: JsonObject) -> JsonObject:
 def native_of(completion: JsonObject, request: JsonObject,
               template: JsonObject | None) -> JsonObject:
     """The Messages reply for a chat completion: the upstream's own reply's fields kept
-    where there is one (`template`), its text and calls replaced by the completion's."""
+    where there is one (`template`), its text and calls replaced by the completion's. Its
+    thinking blocks are kept, unmodified, ahead of them: they belong to that reply's calls."""
     choice = as_object((completion.get("choices") or [{}])[0])
     message = as_object(choice.get("message"))
     originals = {str(b.get("id")): b.get("input") for b in (template or {}).get("content") or []
@@ -280,6 +281,7 @@ def native_of(completion: JsonObject, request: JsonObject,
     stop = FINISH_TO_STOP.get(finish, "end_turn") if isinstance(finish, str) else "end_turn"
     if content and content[-1]["type"] == "tool_use":
         stop = "tool_use" if finish in (None, "stop", "tool_calls") else stop
+    content = [*reasoning_of(template or {}), *content]
     usage = as_object(completion.get("usage"))
     base = dict(template) if template else {
         "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
@@ -292,6 +294,29 @@ def native_of(completion: JsonObject, request: JsonObject,
 
 
 # -- re-asks ------------------------------------------------------------------------------
+
+
+THINKING = ("thinking", "redacted_thinking")
+
+
+def reasoning_of(message: JsonObject) -> list[JsonObject]:
+    """A reply's thinking and redacted_thinking blocks, signatures included, as they are."""
+    return [block for block in message.get("content") or []
+            if isinstance(block, dict) and block.get("type") in THINKING]
+
+
+def echo_reasoning(body: JsonObject, reask_body: JsonObject,
+                   blocks: list[JsonObject]) -> JsonObject:
+    """A re-ask whose echoed assistant turn starts with the failed reply's thinking blocks:
+    with thinking enabled, the API refuses a tool_use turn without them. `body` is the
+    caller's; the turn the re-ask added follows its messages."""
+    messages = list(reask_body["messages"])
+    at = len(body["messages"])
+    if not blocks or len(messages) <= at or messages[at].get("role") != "assistant":
+        return reask_body
+    echoed = messages[at]
+    messages[at] = {**echoed, "content": [*blocks, *echoed["content"]]}
+    return {**reask_body, "messages": messages}
 
 
 def reask(body: JsonObject, reply: Reply, verdict: Verdict, toolset: ToolSet) -> JsonObject:
@@ -338,4 +363,5 @@ MESSAGES = Dialect(
     completion_of=completion_of, native_of=native_of,
     builders=RequestBuilders(reask=reask, constrain=constrain, json_constraints=False),
     error_body=error_body, schema_param=schema_param,
+    reasoning_of=reasoning_of, echo_reasoning=echo_reasoning,
 )

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.ladder import RequestBuilders
+from reflexguard.core.ladder import Attempt, LadderResult, RequestBuilders, agent_completion
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
-from reflexguard.core.model import JsonObject
-from reflexguard.core.toolset import InvalidTools, InvalidToolSchema, ToolSetCache
+from reflexguard.core.model import JsonObject, Reply, Verdict
+from reflexguard.core.toolset import InvalidTools, InvalidToolSchema, ToolSet, ToolSetCache
 from reflexguard.dialects.chat_request import (
     ChatRequest,
     GroundingPolicy,
@@ -38,6 +38,11 @@ ErrorBody = Callable[[int, str, str | None, str | None], bytes]
 CheckEnvelope = Callable[[JsonObject], None]
 # (chat tool index) -> (native param of its schema, native field name)
 SchemaParam = Callable[[JsonObject, str], str]
+# a native reply -> its thinking blocks / reasoning items, as they are
+ReasoningOf = Callable[[JsonObject], list[JsonObject]]
+# (the caller's body, a re-ask built on it, the failed reply's reasoning) -> the re-ask
+# with that reasoning echoed ahead of the failed calls
+EchoReasoning = Callable[[JsonObject, JsonObject, list[JsonObject]], JsonObject]
 
 NATIVE_KEY = "reflexguard_native"  # the chat view of a native reply keeps the reply here
 
@@ -53,6 +58,8 @@ class Dialect:
     builders: RequestBuilders
     error_body: ErrorBody
     schema_param: SchemaParam
+    reasoning_of: ReasoningOf
+    echo_reasoning: EchoReasoning
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,12 @@ class DialectRequest:
 def read_dialect_request(raw: bytes, dialect: Dialect, cache: ToolSetCache,
                          grounding: GroundingPolicy,
                          max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> DialectRequest:
-    body = parse_body(raw, max_depth)
+    return dialect_request(parse_body(raw, max_depth), dialect, cache, grounding)
+
+
+def dialect_request(body: JsonObject, dialect: Dialect, cache: ToolSetCache,
+                    grounding: GroundingPolicy) -> DialectRequest:
+    """A parsed native body checked and read into the core's view (raises BadRequest)."""
     dialect.check(body)
     chat_body, dropped = dialect.to_chat(body)
     tools = chat_body.get("tools")
@@ -84,6 +96,31 @@ def read_dialect_request(raw: bytes, dialect: Dialect, cache: ToolSetCache,
         except InvalidTools as exc:
             raise BadRequest(str(exc), param="tools") from None
     return DialectRequest(body, request_of(chat_body, cache, grounding), dropped)
+
+
+def native_reply(dialect: Dialect, body: JsonObject, result: LadderResult,
+                 returned: Attempt) -> JsonObject:
+    """The native reply for the ladder's answer: the returned attempt's own upstream reply
+    as the template, its text and calls replaced by the agent's completion."""
+    template = returned.completion.get(NATIVE_KEY)
+    return dialect.native_of(agent_completion(result, returned), body,
+                             template if isinstance(template, dict) else None)
+
+
+def echoing_builders(dialect: Dialect,
+                     reasoning: Callable[[], list[JsonObject]]) -> RequestBuilders:
+    """The dialect's builders, with each re-ask echoing the thinking blocks / reasoning
+    items of the reply it answers; `reasoning()` gives those of the latest upstream reply."""
+    native = dialect.builders
+
+    def reask(body: JsonObject, reply: Reply, verdict: Verdict,
+              toolset: ToolSet) -> JsonObject:
+        request = native.reask(body, reply, verdict, toolset)
+        blocks = reasoning()
+        return dialect.echo_reasoning(body, request, blocks) if blocks else request
+
+    return RequestBuilders(reask=reask, constrain=native.constrain,
+                           json_constraints=native.json_constraints)
 
 
 def tool_index(tools: object, name: str) -> int:

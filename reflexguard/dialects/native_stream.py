@@ -22,6 +22,8 @@ def event(name: str, data: JsonObject) -> bytes:
 
 # -- Anthropic Messages -------------------------------------------------------------------
 
+THINKING = ("thinking", "redacted_thinking")
+
 
 def _block_events(index: int, block: JsonObject) -> list[bytes]:
     kind = block.get("type")
@@ -174,31 +176,67 @@ class MessagesWriter:
             "delta": {"type": "text_delta", "text": delta}}))
         return out
 
-    def finish(self, reply: JsonObject, text: str | None) -> list[bytes]:
-        """The rest of the stream: `text` (held until now), the reply's calls, the end."""
+    def _close_text(self) -> list[bytes]:
+        if not self.text_open:
+            return []
+        self.text_open = False
+        self.index += 1
+        return [event("content_block_stop", {"type": "content_block_stop",
+                                             "index": self.index - 1})]
+
+    def forward(self, data: JsonObject) -> list[bytes]:
+        """An upstream thinking block's own start / delta / stop event, written as it came,
+        at this stream's next content block index."""
+        kind = data.get("type")
         out = self._start()
+        if kind == "content_block_start":
+            out.extend(self._close_text())
+        out.append(event(str(kind), {**data, "index": self.index}))
+        if kind == "content_block_stop":
+            self.index += 1
+        return out
+
+    def finish(self, reply: JsonObject, text: str | None) -> list[bytes]:
+        """The rest of the stream: the reply's thinking blocks (those a re-ask's reply
+        brought; the upstream's own were forwarded as they came), `text` (held until now),
+        the reply's calls, the end."""
+        out = self._start()
+        blocks = [b for b in reply.get("content") or []
+                  if isinstance(b, dict) and b.get("type") != "text"]
+        thinking = [b for b in blocks if b.get("type") in THINKING]
+        if not self.text_open:  # before the text, where a reply has them
+            out.extend(self._blocks(thinking))
+            thinking = []
         if text:
             out.extend(self.text(text))
-        if self.text_open:
-            out.append(event("content_block_stop", {"type": "content_block_stop",
-                                                    "index": self.index}))
-            self.index += 1
-        calls = [b for b in reply.get("content") or []
-                 if isinstance(b, dict) and b.get("type") == "tool_use"]
-        for offset, block in enumerate(calls):
-            out.extend(_block_events(self.index + offset, block))
+        out.extend(self._close_text())
+        out.extend(self._blocks(thinking))
+        out.extend(self._blocks([b for b in blocks if b.get("type") not in THINKING]))
         return out + message_events(reply, started=True, first_index=len(reply["content"]))
+
+    def _blocks(self, blocks: list[JsonObject]) -> list[bytes]:
+        out: list[bytes] = []
+        for block in blocks:
+            out.extend(_block_events(self.index, block))
+            self.index += 1
+        return out
 
 
 class ResponsesWriter:
-    """Writes a Responses stream as it goes: text deltas at once, held calls at the end."""
+    """Writes a Responses stream as it goes: text deltas and the upstream's reasoning items
+    at once, held calls at the end."""
 
     def __init__(self, skeleton: JsonObject) -> None:
         self.skeleton = skeleton  # the response as response.created shows it
         self.seq = _Sequence()
         self.started = False
         self.message: JsonObject | None = None
+        self.message_index = 0
         self.text_parts: list[str] = []
+        self.next_index = 0
+        self.output: dict[int, JsonObject] = {}  # output index -> item done
+        self.forwarded: dict[int, int] = {}  # upstream output index -> ours
+        self.forwarded_ids: set[str] = set()
 
     def _start(self) -> list[bytes]:
         if self.started:
@@ -214,36 +252,75 @@ class ResponsesWriter:
             self.message = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}",
                             "status": "in_progress",
                             "role": "assistant", "content": []}
-            where = {"item_id": self.message["id"], "output_index": 0, "content_index": 0}
+            self.message_index = self.next_index
+            self.next_index += 1
+            where = {"item_id": self.message["id"], "output_index": self.message_index,
+                     "content_index": 0}
             out.append(self.seq("response.output_item.added",
-                                {"output_index": 0, "item": self.message}))
+                                {"output_index": self.message_index, "item": self.message}))
             out.append(self.seq("response.content_part.added", {
                 **where, "part": {"type": "output_text", "text": "", "annotations": []}}))
         self.text_parts.append(delta)
         out.append(self.seq("response.output_text.delta", {
-            "item_id": self.message["id"], "output_index": 0, "content_index": 0,
-            "delta": delta, "logprobs": []}))
+            "item_id": self.message["id"], "output_index": self.message_index,
+            "content_index": 0, "delta": delta, "logprobs": []}))
+        return out
+
+    def forward(self, data: JsonObject) -> list[bytes]:
+        """An event of an upstream reasoning item (added, summary or text parts, done),
+        written as it came at this stream's output index and sequence number."""
+        out = self._start()
+        kind = str(data.get("type"))
+        upstream = data.get("output_index")
+        if kind == "response.output_item.added" and isinstance(upstream, int):
+            self.forwarded[upstream] = self.next_index
+            self.next_index += 1
+        index = self.forwarded.get(upstream) if isinstance(upstream, int) else None
+        if index is None:  # an event of an item never added: nowhere to put it
+            return out
+        fields = {k: v for k, v in data.items() if k not in ("type", "sequence_number")}
+        out.append(self.seq(kind, {**fields, "output_index": index}))
+        if kind == "response.output_item.done":
+            item = as_object(data.get("item"))
+            self.output[index] = item
+            if isinstance(item.get("id"), str):
+                self.forwarded_ids.add(item["id"])
+        return out
+
+    def _items(self, items: list[JsonObject]) -> list[bytes]:
+        out: list[bytes] = []
+        for item in items:
+            out.extend(_item_events(self.seq, self.next_index, item))
+            self.output[self.next_index] = item
+            self.next_index += 1
         return out
 
     def finish(self, reply: JsonObject, text: str | None) -> list[bytes]:
         out = self._start()
+        items = [i for i in reply.get("output") or [] if isinstance(i, dict)
+                 and i.get("type") != "message" and i.get("id") not in self.forwarded_ids]
+        reasoning = [i for i in items if i.get("type") == "reasoning"]
+        others = [i for i in items if i.get("type") != "reasoning"]
+        if self.message is None:  # a re-ask's reasoning before its text, as a reply has it
+            out.extend(self._items(reasoning))
+            reasoning = []
         if text:
             out.extend(self.text(text))
-        output: list[JsonObject] = []
         if self.message is not None:
             full = "".join(self.text_parts)
             part = {"type": "output_text", "text": full, "annotations": []}
-            where = {"item_id": self.message["id"], "output_index": 0, "content_index": 0}
+            where = {"item_id": self.message["id"], "output_index": self.message_index,
+                     "content_index": 0}
             out.append(self.seq("response.output_text.done",
                                 {**where, "text": full, "logprobs": []}))
             out.append(self.seq("response.content_part.done", {**where, "part": part}))
             item = {**self.message, "status": "completed", "content": [part]}
-            out.append(self.seq("response.output_item.done", {"output_index": 0, "item": item}))
-            output.append(item)
-        for item in reply.get("output") or []:
-            if isinstance(item, dict) and item.get("type") != "message":
-                out.extend(_item_events(self.seq, len(output), item))
-                output.append(item)
+            out.append(self.seq("response.output_item.done",
+                                {"output_index": self.message_index, "item": item}))
+            self.output[self.message_index] = item
+        out.extend(self._items(reasoning))
+        out.extend(self._items(others))
+        output = [self.output[index] for index in sorted(self.output)]
         final = "response.incomplete" if reply.get("status") == "incomplete" else \
             "response.completed"
         # The id response.created showed, even when a re-ask's reply supplied the calls.
@@ -259,12 +336,18 @@ class MessagesEvents:
         self.skeleton: JsonObject = {}
         self.calls: dict[int, int] = {}  # content block index -> call index
         self.done = False
+        self.forward: list[JsonObject] = []  # thinking events to write as they are
+        self.reasoning: list[JsonObject] = []  # the thinking blocks, accumulated
+        self.thinking: dict[int, JsonObject] = {}  # content block index -> open block
 
     def chunks(self, data: JsonObject) -> list[JsonObject]:
         kind = data.get("type")
         if kind == "message_start":
             self.skeleton = as_object(data.get("message"))
             return [self._chunk({"role": "assistant"})]
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop") \
+                and self._thinking(data):
+            return []
         if kind == "content_block_start":
             block = as_object(data.get("content_block"))
             if block.get("type") == "tool_use":
@@ -299,6 +382,30 @@ class MessagesEvents:
             self.done = True
         return []
 
+    def _thinking(self, data: JsonObject) -> bool:
+        """Whether `data` is an event of a thinking block: if so kept to forward, and the
+        block accumulated (thinking and signature deltas) for the re-ask's echo."""
+        index = data.get("index")
+        if not isinstance(index, int):
+            return False
+        if data.get("type") == "content_block_start":
+            block = as_object(data.get("content_block"))
+            if block.get("type") not in THINKING:
+                return False
+            self.thinking[index] = dict(block)
+            self.reasoning.append(self.thinking[index])
+        elif index not in self.thinking:
+            return False
+        elif data.get("type") == "content_block_delta":
+            block, delta = self.thinking[index], as_object(data.get("delta"))
+            for key in ("thinking", "signature"):
+                if isinstance(delta.get(key), str):
+                    block[key] = str(block.get(key) or "") + delta[key]
+        else:
+            del self.thinking[index]
+        self.forward.append(data)
+        return True
+
     def _chunk(self, delta: JsonObject, finish: str | None = None) -> JsonObject:
         return {"id": self.skeleton.get("id"), "model": self.skeleton.get("model"),
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -311,12 +418,24 @@ class ResponsesEvents:
         self.skeleton: JsonObject = {}
         self.calls: dict[int, int] = {}  # output index -> call index
         self.done = False
+        self.forward: list[JsonObject] = []  # reasoning item events to write as they are
+        self.reasoning: list[JsonObject] = []  # the reasoning items, done
+        self.passing: set[int] = set()  # output indices of reasoning items
 
     def chunks(self, data: JsonObject) -> list[JsonObject]:
         kind = data.get("type")
         if kind == "response.created":
             self.skeleton = as_object(data.get("response"))
             return [self._chunk({"role": "assistant"})]
+        where = data.get("output_index")
+        if isinstance(where, int) and (where in self.passing or (
+                kind == "response.output_item.added"
+                and as_object(data.get("item")).get("type") == "reasoning")):
+            self.passing.add(where)
+            self.forward.append(data)
+            if kind == "response.output_item.done":
+                self.reasoning.append(as_object(data.get("item")))
+            return []
         if kind == "response.output_item.added":
             item = as_object(data.get("item"))
             if item.get("type") == "function_call":

@@ -203,7 +203,8 @@ def output_items(message: JsonObject) -> list[JsonObject]:
 def native_of(completion: JsonObject, request: JsonObject,
               template: JsonObject | None) -> JsonObject:
     choice = as_object((completion.get("choices") or [{}])[0])
-    items = output_items(as_object(choice.get("message")))
+    # The template's reasoning items come first: they belong to the calls it made.
+    items = [*reasoning_of(template or {}), *output_items(as_object(choice.get("message")))]
     # The upstream's own item ids are kept for calls it made, so a later turn can cite them.
     own = {str(i.get("call_id")): i.get("id") for i in (template or {}).get("output") or []
            if isinstance(i, dict) and i.get("type") == "function_call"}
@@ -237,6 +238,23 @@ def _input_items(body: JsonObject) -> list[Any]:
     if isinstance(items, str):
         return [{"type": "message", "role": "user", "content": items}]
     return list(items) if isinstance(items, list) else []
+
+
+def reasoning_of(response: JsonObject) -> list[JsonObject]:
+    """A reply's reasoning items, summary and encrypted content as received."""
+    return [item for item in response.get("output") or []
+            if isinstance(item, dict) and item.get("type") == "reasoning"]
+
+
+def echo_reasoning(body: JsonObject, reask_body: JsonObject,
+                   items: list[JsonObject]) -> JsonObject:
+    """A re-ask whose input has the failed reply's reasoning items ahead of its echoed
+    function_call items (after the caller's own input), as the API expects them."""
+    if not items:
+        return reask_body
+    at = len(_input_items(body))
+    turn = list(reask_body["input"])
+    return {**reask_body, "input": [*turn[:at], *items, *turn[at:]]}
 
 
 def reask(body: JsonObject, reply: Reply, verdict: Verdict, toolset: ToolSet) -> JsonObject:
@@ -276,4 +294,5 @@ RESPONSES = Dialect(
     completion_of=completion_of, native_of=native_of,
     builders=RequestBuilders(reask=reask, constrain=constrain, json_constraints=False),
     error_body=error_body, schema_param=schema_param,
+    reasoning_of=reasoning_of, echo_reasoning=echo_reasoning,
 )

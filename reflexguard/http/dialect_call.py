@@ -29,7 +29,12 @@ from reflexguard.core.ladder import (
     returned_attempt,
 )
 from reflexguard.core.limits import clip, safe_label
-from reflexguard.dialects.native import NATIVE_KEY, Dialect, DialectRequest
+from reflexguard.dialects.native import (
+    Dialect,
+    DialectRequest,
+    echoing_builders,
+    native_reply,
+)
 from reflexguard.http.call import GuardedCall, exhausted_message
 from reflexguard.http.context import GuardContext
 from reflexguard.http.responses import JSON
@@ -99,7 +104,11 @@ class DialectCall(GuardedCall):
         self.dialect_spec = dialect
         self.dialect = dialect.name
         self.native = native
-        self.builders = dialect.builders if native else CHAT_BUILDERS
+        # The thinking blocks / reasoning items of the latest native reply, echoed in the
+        # re-ask that answers it (a stream's first reply sets them from its events).
+        self.reasoning: list[dict[str, Any]] = []
+        self.builders = (echoing_builders(dialect, lambda: self.reasoning) if native
+                         else CHAT_BUILDERS)
         self.path = f"{dialect.path}?{query}" if native and query else dialect.path
         self.first_bytes: bytes | None = None
 
@@ -110,8 +119,9 @@ class DialectCall(GuardedCall):
         if not self.native:
             return await super().send(body)
         raw = await self.guard.upstream.post_json(self.path, orjson.dumps(body), self.headers)
-        return self.dialect_spec.completion_of(
-            parse_completion(raw.body, self.guard.settings.max_json_depth))
+        reply = parse_completion(raw.body, self.guard.settings.max_json_depth)
+        self.reasoning = self.dialect_spec.reasoning_of(reply)
+        return self.dialect_spec.completion_of(reply)
 
     async def first(self) -> tuple[bytes, Attempt]:
         """The first upstream answer, non-streamed, and its reading."""
@@ -121,7 +131,9 @@ class DialectCall(GuardedCall):
             answer = await self.guard.upstream.post_json(self.path, self.raw_native,
                                                          self.headers)
             self.first_bytes = answer.body  # for an answer too deep to read: sent as it came
-            completion = self.dialect_spec.completion_of(parse_completion(answer.body, depth))
+            reply = parse_completion(answer.body, depth)
+            self.reasoning = self.dialect_spec.reasoning_of(reply)
+            completion = self.dialect_spec.completion_of(reply)
         else:
             answer = await self.guard.upstream.post_json("chat/completions", self.raw,
                                                          self.headers)
@@ -131,9 +143,10 @@ class DialectCall(GuardedCall):
                                          time.perf_counter() - began)
 
     def native_reply(self, result: LadderResult, returned: Attempt) -> dict[str, Any]:
+        if self.native:
+            return native_reply(self.dialect_spec, self.request.body, result, returned)
         completion = agent_completion(result, returned)
-        template = returned.completion.get(NATIVE_KEY) if self.native else None
-        return self.dialect_spec.native_of(completion, self.request.body, template)
+        return self.dialect_spec.native_of(completion, self.request.body, None)
 
     async def answer(self) -> web.StreamResponse:
         """The non-streamed answer."""

@@ -44,6 +44,8 @@ class _ChatEvents:
 
     def __init__(self) -> None:
         self.done = False
+        self.forward: list[dict[str, Any]] = []  # never any: chat has no reasoning to pass
+        self.reasoning: list[dict[str, Any]] = []
 
     def chunks(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         return [data]
@@ -97,6 +99,12 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
                 if assembler.pending_flush is not None:
                     await out.write(b"".join(writer[0].text(assembler.pending_flush)))
                     assembler.pending_flush = None
+            if events.forward:  # thinking / reasoning: written as it comes, never held
+                if not writer:
+                    writer.append(_writer(call, _skeleton(call, events)))
+                for forwarded in events.forward:
+                    await out.write(b"".join(writer[0].forward(forwarded)))
+                events.forward.clear()
     except STREAM_FAULTS as exc:
         return f"upstream stream was cut off ({type(exc).__name__})"
     if not events.done and assembler.finish_reason is None:
@@ -152,6 +160,7 @@ async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
         return await out.end()
     completion = assembler.completion()
     template = None if isinstance(events, _ChatEvents) else events.skeleton
+    call.reasoning = list(events.reasoning)  # echoed by a re-ask of this reply
     first = read_attempt(1, "initial", completion, call.rules, guard.policy.lift_text_calls,
                          time.perf_counter() - began)
     result = await call.ladder(first)

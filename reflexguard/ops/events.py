@@ -7,7 +7,7 @@ validates a line against the same definition.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NotRequired
 
 from pydantic import Field, TypeAdapter
 
@@ -39,6 +39,8 @@ class AttemptEvent(TypedDict):
     toolset: str
     latency_ms: float
     stream: bool
+    # chat, messages or responses; absent from files written before dialects existed
+    dialect: NotRequired[str]
 
 
 class OutcomeEvent(TypedDict):
@@ -47,6 +49,7 @@ class OutcomeEvent(TypedDict):
     outcome: Outcome
     request_id: str
     session: str | None
+    dialect: NotRequired[str]  # as on AttemptEvent
 
 
 class FallbackEvent(TypedDict, total=False):

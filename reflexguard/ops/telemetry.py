@@ -150,7 +150,7 @@ class Telemetry:
             "session": session, "model": model, "attempt": attempt.number,
             "kind": attempt.kind, "calls": calls, "fixes": list(attempt.fixes),
             "toolset": toolset_hash, "latency_ms": round(attempt.upstream_seconds * 1000, 3),
-            "stream": stream,
+            "stream": stream, "dialect": dialect,
         })
 
     def _model_label(self, model: str) -> str:
@@ -167,7 +167,7 @@ class Telemetry:
             self.repairs.labels(outcome, dialect).inc()
         if outcome != "clean":
             self._write({"event": "outcome", "ts": time.time(), "outcome": outcome,
-                         "request_id": request_id, "session": session})
+                         "request_id": request_id, "session": session, "dialect": dialect})
         for kind in fallbacks:
             self.fallback(kind, request_id=request_id, session=session)
 

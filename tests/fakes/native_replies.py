@@ -22,9 +22,18 @@ def tool_use(name: str, arguments: Any, call_id: str = "toolu_1") -> Reply:
     return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
+def thinking_block(thinking: str, signature: str = "sig-1") -> Reply:
+    return {"type": "thinking", "thinking": thinking, "signature": signature}
+
+
+def redacted_block(data: str = "redacted-1") -> Reply:
+    return {"type": "redacted_thinking", "data": data}
+
+
 def anthropic_call(name: str, arguments: Any, call_id: str = "toolu_1",
-                   text: str | None = None) -> Reply:
-    blocks = ([text_block(text)] if text else []) + [tool_use(name, arguments, call_id)]
+                   text: str | None = None, thinking: list[Reply] | None = None) -> Reply:
+    blocks = [*(thinking or []), *([text_block(text)] if text else []),
+              tool_use(name, arguments, call_id)]
     return anthropic_message(*blocks, stop="tool_use")
 
 
@@ -40,6 +49,15 @@ def message_item(text: str) -> Reply:
     return {"type": "message", "id": "msg_item_fake", "status": "completed",
             "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def reasoning_item(summary: str, item_id: str = "rs_1",
+                   encrypted: str | None = "enc-1") -> Reply:
+    item: Reply = {"type": "reasoning", "id": item_id,
+                   "summary": [{"type": "summary_text", "text": summary}]}
+    if encrypted is not None:
+        item["encrypted_content"] = encrypted
+    return item
 
 
 def function_call(name: str, arguments: Any, call_id: str = "call_1") -> Reply:
@@ -60,6 +78,9 @@ def anthropic_stream(message: Reply) -> list[bytes]:
     events = [_sse("message_start", {"type": "message_start", "message": start}),
               _sse("ping", {"type": "ping"})]
     for index, block in enumerate(message["content"]):
+        if block["type"] in ("thinking", "redacted_thinking"):
+            events.extend(_thinking_events(index, block))
+            continue
         if block["type"] == "text":
             opened, pieces, kind, key = {"type": "text", "text": ""}, block["text"], \
                 "text_delta", "text"
@@ -82,6 +103,24 @@ def anthropic_stream(message: Reply) -> list[bytes]:
     return events
 
 
+def _thinking_events(index: int, block: Reply) -> list[bytes]:
+    """A thinking block as Anthropic streams it: thinking in 8-character deltas, then the
+    signature in one signature_delta; a redacted block whole in its start event."""
+    opened = block if block["type"] == "redacted_thinking" else \
+        {"type": "thinking", "thinking": "", "signature": ""}
+    events = [_sse("content_block_start", {"type": "content_block_start", "index": index,
+                                           "content_block": opened})]
+    if block["type"] == "thinking":
+        deltas = [{"type": "thinking_delta", "thinking": block["thinking"][at:at + 8]}
+                  for at in range(0, len(block["thinking"]), 8)]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        events.extend(_sse("content_block_delta", {"type": "content_block_delta",
+                                                   "index": index, "delta": delta})
+                      for delta in deltas)
+    events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    return events
+
+
 def responses_stream(response: Reply) -> list[bytes]:
     """A Responses reply as OpenAI streams it, with deltas of 8 and 10 characters."""
     events: list[bytes] = []
@@ -91,7 +130,19 @@ def responses_stream(response: Reply) -> list[bytes]:
 
     add("response.created", {"response": {**response, "status": "in_progress", "output": []}})
     for index, item in enumerate(response["output"]):
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            add("response.output_item.added", {"output_index": index,
+                                               "item": {**item, "summary": []}})
+            for at, part in enumerate(item["summary"]):
+                where = {"item_id": item["id"], "output_index": index, "summary_index": at}
+                add("response.reasoning_summary_part.added", {
+                    **where, "part": {"type": "summary_text", "text": ""}})
+                for cut in range(0, len(part["text"]), 8):
+                    add("response.reasoning_summary_text.delta", {
+                        **where, "delta": part["text"][cut:cut + 8]})
+                add("response.reasoning_summary_text.done", {**where, "text": part["text"]})
+                add("response.reasoning_summary_part.done", {**where, "part": part})
+        elif item["type"] == "message":
             add("response.output_item.added", {"output_index": index,
                                                "item": {**item, "content": []}})
             text = item["content"][0]["text"]

@@ -43,3 +43,20 @@ def test_sessions_are_bounded() -> None:
     for name in "abcd":
         sessions.add(name, "unknown_tool")
     assert sessions.get("a") is None and sessions.get("d") == {"unknown_tool": 1}
+
+
+def test_attempt_and_outcome_events_carry_the_dialect(tmp_path: Path) -> None:
+    from reflexguard.ops.events import read_event
+
+    path = tmp_path / "events.jsonl"
+    telemetry = Telemetry(path)
+    telemetry.attempt(attempt(Channel.UNKNOWN_TOOL), "rg-1", "s", "m", "hash", True, "messages")
+    telemetry.outcome("fixed_by_reask", [], "rg-1", "s", "messages")
+    telemetry.close()
+    records = [read_event(line) for line in path.read_text().splitlines()]
+    assert [(r["event"], r.get("dialect")) for r in records] == [
+        ("attempt", "messages"), ("outcome", "messages")]
+    # A file written before events carried the dialect still reads.
+    old = {k: v for k, v in json.loads(path.read_text().splitlines()[0]).items()
+           if k != "dialect"}
+    assert "dialect" not in read_event(json.dumps(old))

@@ -1,0 +1,39 @@
+"""`guard(client)` for the `anthropic` SDK: `messages.create` validated and repaired.
+
+An I/O edge (the SDK does the I/O). Guarded as the proxy's native Messages mode guards
+it (`reflexguard.dialects.messages`): the SDK's reply read into the core's view, re-asks
+written as Messages requests (tool_result blocks with is_error), the answer the SDK's own
+`Message`. Everything but `messages.create` is the wrapped client's own attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+from anthropic.types import Message
+
+from reflexguard.api.engine import Guard
+from reflexguard.api.resources import AsyncGuardedCreate, GuardedCreate, native_door
+from reflexguard.dialects.messages import MESSAGES
+
+MESSAGES_DOOR = native_door(MESSAGES, Message, (anthropic.APIError,))
+
+
+class GuardedAnthropic:
+    """The wrapped client; `.guard` holds the policy and the telemetry (its metrics)."""
+
+    def __init__(self, client: anthropic.Anthropic | anthropic.AsyncAnthropic,
+                 guard: Guard) -> None:
+        self.client = client
+        self.guard = guard
+        kind = (AsyncGuardedCreate if isinstance(client, anthropic.AsyncAnthropic)
+                else GuardedCreate)
+        self.messages = kind(client.messages, guard, MESSAGES_DOOR, MESSAGES)
+
+    def with_options(self, **options: Any) -> GuardedAnthropic:
+        """The SDK's `with_options`, still guarded (same policy and metrics)."""
+        return GuardedAnthropic(self.client.with_options(**options), self.guard)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
