@@ -24,7 +24,7 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check)
 eval "$("$python_bin" scripts/llama_build.py)"
 keyed="$wheels/llama-cpp-python-$LLAMA_BUILD_KEY"
 if compgen -G "$keyed/llama_cpp_python-$LLAMA_VERSION-*.whl" > /dev/null \
-    && grep -qxF "$LLAMA_CMAKE_ARGS" "$keyed/CMAKE_ARGS" 2>/dev/null; then
+    && [ "$(cat "$keyed/CMAKE_ARGS" 2>/dev/null)" = "$LLAMA_CMAKE_ARGS" ]; then
   echo "setup: llama-cpp-python: cached wheel $keyed (key $LLAMA_BUILD_KEY; $LLAMA_BUILD_REASON)"
 else
   echo "setup: llama-cpp-python: building $LLAMA_VERSION for key $LLAMA_BUILD_KEY ($LLAMA_BUILD_REASON)"
