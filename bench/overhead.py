@@ -11,20 +11,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
 from bench.perf.dialect_workload import WORKLOADS
+from bench.perf.processes import process
 from bench.perf.workload import REQUEST_BYTES, TOOLS
-from reflexguard.embedded import lifetime
 from reflexguard.ops.loopback import free_port
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -33,24 +28,6 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-@contextmanager
-def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
-    # lifetime.spawn: the server dies with this process even if it is killed.
-    child = lifetime.spawn([sys.executable, *args], subprocess.DEVNULL).process
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if child.poll() is not None:
-                raise RuntimeError(f"{args} exited with {child.returncode}")
-            time.sleep(0.05)
-        yield child
-    finally:
-        lifetime.stop(child)
 
 
 @dataclass

@@ -4,34 +4,19 @@ upstream, in one run (`python -m bench.overhead --inprocess`, `--litellm`)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from bench.perf.processes import process
 from bench.perf.workload import TOOLS
-from reflexguard.embedded import lifetime
 from reflexguard.ops.loopback import free_port
 
 
 @contextmanager
 def fast_upstream() -> Iterator[str]:
     port = free_port()
-    child = lifetime.spawn([sys.executable, "-m", "bench.perf.fast_upstream", "--port",
-                            str(port)], subprocess.DEVNULL).process
-    try:
-        import socket
-
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+    with process(["-m", "bench.perf.fast_upstream", "--port", str(port)], port):
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        lifetime.stop(child)
 
 
 def measure_doors(inprocess: bool, litellm: bool, requests: int, rounds: int) -> None:

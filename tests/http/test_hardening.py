@@ -11,6 +11,7 @@ import gzip
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -443,25 +444,34 @@ async def test_non_json_upstream_errors_become_openai_errors(fake, proxy, body):
         assert_openai_error(await response.json())
 
 
-async def test_a_garbage_stream_is_a_502_like_its_non_stream_twin(proxy):
-    async def garbage(request: web.Request) -> web.StreamResponse:
+@asynccontextmanager
+async def raw_sse_upstream(body: bytes) -> AsyncIterator[str]:
+    """An upstream whose every chat completion is a 200 event stream carrying `body`."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
         await request.read()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        await response.write(b"data: this is not json\n\ndata: [1, 2]\n\ndata: [DONE]\n\n")
+        await response.write(body)
         return response
 
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", garbage)
+    app.router.add_post("/v1/chat/completions", answer)
     server = TestServer(app)
     await server.start_server()
     try:
-        client = await proxy(upstream=str(server.make_url("/v1")))
+        yield str(server.make_url("/v1"))
+    finally:
+        await server.close()
+
+
+async def test_a_garbage_stream_is_a_502_like_its_non_stream_twin(proxy):
+    async with raw_sse_upstream(
+            b"data: this is not json\n\ndata: [1, 2]\n\ndata: [DONE]\n\n") as url:
+        client = await proxy(upstream=url)
         response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
         assert response.status == 502
         assert_openai_error(await response.json())
-    finally:
-        await server.close()
 
 
 # -- found by the fuzz suite ----------------------------------------------------------------
@@ -493,24 +503,11 @@ async def test_deflate_bodies_decode_and_bombs_are_413(fake, proxy):
 
 
 async def test_an_sse_line_over_aiohttps_limit_is_a_502(proxy):
-    async def long_line(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(b"data: " + b"x" * 600_000)
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", long_line)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        client = await proxy(upstream=str(server.make_url("/v1")))
+    async with raw_sse_upstream(b"data: " + b"x" * 600_000) as url:
+        client = await proxy(upstream=url)
         response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
         assert response.status == 502
         assert_openai_error(await response.json())
-    finally:
-        await server.close()
 
 
 async def test_credentials_in_the_url_are_sent_as_basic_auth_beside_a_client_header(
