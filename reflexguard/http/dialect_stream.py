@@ -32,7 +32,13 @@ from reflexguard.dialects.native_stream import (
 from reflexguard.http.call import exhausted_message
 from reflexguard.http.context import GuardContext
 from reflexguard.http.dialect_call import DialectCall, dialect_error, dialect_upstream_error
-from reflexguard.http.streams import STREAM_FAULTS, ClientGone, ClientStream
+from reflexguard.http.streams import (
+    STREAM_FAULTS,
+    ClientGone,
+    ClientStream,
+    SseObjects,
+    StreamBroken,
+)
 from reflexguard.http.upstream import UpstreamFailure
 
 Events = MessagesEvents | ResponsesEvents
@@ -43,7 +49,7 @@ class _ChatEvents:
     """A translated upstream's chat chunks, already in the core's form."""
 
     def __init__(self) -> None:
-        self.done = False
+        self.done = False  # a chat stream ends with `[DONE]`, which SseObjects reads
         self.forward: list[dict[str, Any]] = []  # never any: chat has no reasoning to pass
         self.reasoning: list[dict[str, Any]] = []
 
@@ -70,23 +76,9 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
                 assembler: StreamAssembler, out: ClientStream,
                 writer: list[Writer]) -> str | None:
     """Feed the upstream stream to the assembler, writing released text; why it broke."""
+    reader = SseObjects(call.guard, call.request_id)
     try:
-        async for line in upstream.content:
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                events.done = True
-                break
-            try:
-                data = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                call.guard.telemetry.fallback("unparseable_stream_chunk",
-                                              request_id=call.request_id)
-                continue
-            if not isinstance(data, dict):
-                continue
+        async for _, data in reader.read(upstream.content):
             if "error" in data or data.get("type") in ("error", "response.failed"):
                 return f"upstream error mid-stream: {str(data.get('error'))[:200]}"
             for chunk in events.chunks(data):
@@ -105,9 +97,12 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
                 for forwarded in events.forward:
                     await out.write(b"".join(writer[0].forward(forwarded)))
                 events.forward.clear()
+    except StreamBroken as exc:
+        return str(exc)
     except STREAM_FAULTS as exc:
         return f"upstream stream was cut off ({type(exc).__name__})"
-    if not events.done and assembler.finish_reason is None:
+    # A native stream ends with its own closing event, a chat one with `[DONE]`.
+    if not (events.done or reader.done) and assembler.finish_reason is None:
         return "upstream stream ended before the reply finished"
     return None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
@@ -23,6 +24,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from reflexguard.core.ladder import read_attempt, returned_attempt
 from reflexguard.core.limits import depth_exceeds, nesting_could_exceed
+from reflexguard.core.model import JsonObject
 from reflexguard.dialects.chat_stream import (
     DONE,
     StreamAssembler,
@@ -116,31 +118,52 @@ async def byte_stream(guard: GuardContext, request: web.Request, raw: bytes,
         return upstream_error(exc)
 
 
-async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
-                         assembler: StreamAssembler, out: ClientStream) -> str | None:
-    """Feed the upstream's events to the assembler; the reason if the stream broke."""
-    done = False
-    telemetry = call.guard.telemetry
-    try:
-        async for line in upstream.content:
+class StreamBroken(Exception):
+    """The upstream's stream cannot be read on: its message says why."""
+
+
+class SseObjects:
+    """The JSON objects of an upstream SSE stream, up to `[DONE]`, for every dialect.
+
+    Lines that are not JSON, or not objects, are counted and skipped; an object nested
+    deeper than `max_json_depth` raises StreamBroken (nothing later could re-encode it).
+    """
+
+    def __init__(self, guard: GuardContext, request_id: str) -> None:
+        self.guard = guard
+        self.request_id = request_id
+        self.done = False
+
+    async def read(self, content: aiohttp.StreamReader) -> AsyncIterator[tuple[bytes, JsonObject]]:
+        telemetry = self.guard.telemetry
+        depth = self.guard.settings.max_json_depth
+        async for line in content:
             line = line.strip()
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
-                done = True
-                break
+                self.done = True
+                return
             try:
-                chunk = orjson.loads(payload)
+                value = orjson.loads(payload)
             except orjson.JSONDecodeError:
-                telemetry.fallback("unparseable_stream_chunk", request_id=call.request_id)
+                telemetry.fallback("unparseable_stream_chunk", request_id=self.request_id)
                 continue
-            if not isinstance(chunk, dict):
-                telemetry.fallback("non_object_stream_chunk", request_id=call.request_id)
+            if not isinstance(value, dict):
+                telemetry.fallback("non_object_stream_chunk", request_id=self.request_id)
                 continue
-            depth = call.guard.settings.max_json_depth
-            if nesting_could_exceed(payload, depth) and depth_exceeds(chunk, depth):
-                return f"upstream stream chunk nests deeper than {depth} levels"
+            if nesting_could_exceed(payload, depth) and depth_exceeds(value, depth):
+                raise StreamBroken(f"upstream stream chunk nests deeper than {depth} levels")
+            yield payload, value
+
+
+async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
+                         assembler: StreamAssembler, out: ClientStream) -> str | None:
+    """Feed the upstream's events to the assembler; the reason if the stream broke."""
+    reader = SseObjects(call.guard, call.request_id)
+    try:
+        async for payload, chunk in reader.read(upstream.content):
             if "error" in chunk:
                 message = chunk["error"].get("message") if isinstance(chunk["error"], dict) \
                     else str(chunk["error"])
@@ -150,11 +173,13 @@ async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
             if assembler.pending_flush is not None:
                 await out.write(text_chunk(assembler.template, assembler.pending_flush))
                 assembler.pending_flush = None
+    except StreamBroken as exc:
+        return str(exc)
     except STREAM_FAULTS as exc:
         return f"upstream stream was cut off ({type(exc).__name__})"
     if not assembler.template:
         return "upstream stream carried no chat-completion chunk"
-    if not done and assembler.finish_reason is None:
+    if not reader.done and assembler.finish_reason is None:
         return "upstream stream ended before the reply finished"
     return None
 

@@ -531,3 +531,23 @@ async def test_partly_openai_upstream_errors_are_completed(fake, proxy, body):
     answer = await response.json()
     assert_openai_error(answer)
     assert answer["error"]["message"] in ("flat string", "x")
+
+
+async def test_dialect_streams_read_upstream_chunks_as_carefully_as_chat(proxy):
+    """Messages translated to a chat upstream go through the same SSE reader: a non-object
+    chunk is counted, a chunk nested past the limit ends the stream as broken."""
+    deep = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": nested(150),
+            "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
+    body = b"data: [1, 2]\n\ndata: " + json.dumps(deep).encode() + b"\n\n"
+    async with raw_sse_upstream(body) as url:
+        client = await proxy(upstream=url, upstream_dialects=["chat"])
+        response = await client.post("/v1/messages", json={
+            "model": "m", "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": "t", "input_schema": {"type": "object"}}]})
+        assert response.status == 502, await response.text()
+        answer = await response.json()
+        assert answer["type"] == "error"
+        assert "nests deeper" in answer["error"]["message"]
+        text = await metrics_of(client)
+        assert metric(text, "reflexguard_fallbacks_total", kind="non_object_stream_chunk") == 1
