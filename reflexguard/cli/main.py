@@ -56,9 +56,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("upstream", "host", "port", "repair", "max_repairs", "events", "tool_call_format",
-            "constrained_retry", "model_variant", "upstream_dialects")
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    """The flags given on the command line that name a setting (a flag's `dest` is the
+    setting's name), so a new setting needs only its `add_argument`."""
+    from reflexguard.ops.config import Settings
+
+    return {k: v for k, v in vars(args).items()
+            if k in Settings.model_fields and v is not None}
 
 
 def _describe(error: ValidationError) -> str:
