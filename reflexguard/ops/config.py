@@ -60,13 +60,32 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(DEFAULT_MAX_JSON_DEPTH, ge=8, le=200)
     admin_token: SecretStr | None = Field(
         None, description="bearer token required by /metrics and /reflexguard/*")
+    # Scale-out (docs/scaling.md): worker processes on one port, and where sessions live.
+    workers: int = Field(1, ge=1, le=64, description="worker processes sharing the port")
+    worker_grace: float = Field(
+        30.0, gt=0, description="seconds a worker may drain in-flight requests on SIGTERM")
+    state: str = Field("memory", description="'memory' or redis://HOST:PORT/DB")
+    state_timeout: float = Field(
+        0.05, gt=0, le=5, description="seconds any request may wait on the session store")
+    session_ttl: float = Field(86_400.0, gt=0, description="seconds a session is kept")
+    # The agent's error budget (docs/repair.md): K failed tool calls end its episode.
+    error_budget: int | None = Field(
+        None, ge=1, le=1000, description="default budget when no x-reflexguard-error-budget")
+    tool_error_pattern: str = Field(
+        r"^Error:", description="regex: a chat `tool` message that reports a failed call")
+    responses_error_pattern: str = Field(
+        r"^Error:", description="regex: a Responses function_call_output reporting a failure")
+    # Logit margins (docs/margins.md).
+    margins: bool = Field(False, description="ask the upstream for logprobs; measure margins")
+    margin_threshold: float = Field(
+        0.5, ge=0, description="a tool name's margin (nats) below this is 'thin'")
     events: Path | None = Field(None, description="append one JSON line per attempt here")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     model_variant: str = "Q4_K_M"
     model_ctx: int = Field(8192, ge=512)
     model_threads: int | None = Field(None, ge=1)
 
-    @field_validator("repair", mode="before")
+    @field_validator("repair", "margins", mode="before")
     @classmethod
     def _on_off(cls, value: Any) -> Any:
         if isinstance(value, str) and value.lower() in ("on", "off"):
@@ -87,7 +106,7 @@ class Settings(BaseSettings):
             raise ValueError("must include chat")
         return list(dict.fromkeys(value))
 
-    @field_validator("grounding_pattern")
+    @field_validator("grounding_pattern", "tool_error_pattern", "responses_error_pattern")
     @classmethod
     def _regex(cls, value: str) -> str:
         try:
