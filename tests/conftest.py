@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from reflexguard.http.app import build_app
 from reflexguard.ops.config import Settings
 from tests.fakes.fake_upstream import FakeUpstream
+from tests.redis_server import RedisServer, SilentServer
 
 WEATHER_TOOL = {
     "type": "function",
@@ -89,3 +90,19 @@ async def proxy(
     yield make
     for client in clients:
         await client.close()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port; a missing binary fails the test."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def silent_redis() -> Iterator[SilentServer]:
+    server = SilentServer()
+    yield server
+    server.close()

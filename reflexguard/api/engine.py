@@ -18,10 +18,12 @@ from typing import Any, TypeVar
 import structlog
 
 from reflexguard.api.errors import RepairExhausted, UpstreamStreamCut
+from reflexguard.core.budget import policy_for_budget
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.ladder import (
     CHAT_BUILDERS,
     Attempt,
+    GuardPolicy,
     LadderResult,
     Send,
     agent_completion,
@@ -29,10 +31,11 @@ from reflexguard.core.ladder import (
     returned_attempt,
     run_ladder,
     settled_without_repair,
+    withholds,
 )
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
-from reflexguard.dialects.chat_request import ChatRequest, request_of
+from reflexguard.dialects.chat_request import ChatRequest, GroundingPolicy, request_of
 from reflexguard.dialects.chat_stream import (
     StreamAssembler,
     closing_chunk_bodies,
@@ -46,7 +49,7 @@ from reflexguard.dialects.native import (
     native_reply,
 )
 from reflexguard.ops.config import Settings
-from reflexguard.ops.policy import grounding_policy, guard_policy
+from reflexguard.ops.policy import grounding_policy, guard_policy, request_budget
 from reflexguard.ops.telemetry import Telemetry, dumps
 
 T = TypeVar("T")
@@ -88,24 +91,40 @@ class Guard:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return None  # the client or the upstream will reject it, as without us
+        policy, grounding, spent = self._budgeted(body, "chat")
         try:
-            chat = request_of(body, self.toolsets, self.grounding)
+            chat = request_of(body, self.toolsets, grounding)
         except BadRequest as exc:
             # The proxy answers 400 here; in-process the request is the caller's to send,
             # so it goes unguarded, as it would without reflexguard (counted, logged).
             self.telemetry.fallback("request_not_guarded", reason=str(exc))
             return None
-        return GuardedRequest(self, chat) if chat.guarded else None
+        return GuardedRequest(self, chat, policy=policy, environment_errors=spent) \
+            if chat.guarded else None
 
     def _native_request(self, body: JsonObject, dialect: Dialect) -> GuardedRequest | None:
         try:
-            native = dialect_request(body, dialect, self.toolsets, self.grounding)
+            policy, grounding, spent = self._budgeted(body, dialect.name)
+            native = dialect_request(body, dialect, self.toolsets, grounding)
         except BadRequest as exc:
             self.telemetry.fallback("request_not_guarded", reason=str(exc),
                                     dialect=dialect.name)
             return None
-        return GuardedRequest(self, native.chat, dialect, native.body) if native.guarded \
-            else None
+        return GuardedRequest(self, native.chat, dialect, native.body, policy, spent) \
+            if native.guarded else None
+
+    def _budgeted(self, body: JsonObject,
+                  dialect: str) -> tuple[GuardPolicy, GroundingPolicy, int]:
+        """(policy, grounding, failures spent) under the `error_budget` setting (in-process
+        there is no header); the configured ones when no budget is set."""
+        budget = request_budget(None, dialect, body, self.settings)
+        if budget is None:
+            return self.policy, self.grounding, 0
+        policy = policy_for_budget(self.policy, budget.remaining)
+        grounding = self.grounding
+        if policy.ground_entities and grounding.pattern is None:
+            grounding = grounding_policy(self.settings, forced=True)
+        return policy, grounding, budget.spent
 
 
 class GuardedRequest:
@@ -114,9 +133,12 @@ class GuardedRequest:
     native reply (the upstream's replies arrive already read by `completion_of`)."""
 
     def __init__(self, guard: Guard, chat: ChatRequest, dialect: Dialect | None = None,
-                 body: JsonObject | None = None) -> None:
+                 body: JsonObject | None = None, policy: GuardPolicy | None = None,
+                 environment_errors: int = 0) -> None:
         assert chat.rules is not None
         self.guard = guard
+        self.policy = policy or guard.policy  # a low error budget escalates it
+        self.environment_errors = environment_errors
         self.chat = chat
         self.rules = chat.rules
         self.dialect = dialect
@@ -137,7 +159,7 @@ class GuardedRequest:
 
     def first(self, completion: JsonObject, seconds: float) -> Attempt:
         return read_attempt(1, "initial", completion, self.rules,
-                            self.guard.policy.lift_text_calls, seconds)
+                            self.policy.lift_text_calls, seconds)
 
     def on_attempt(self, attempt: Attempt) -> None:
         native = attempt.completion.get(NATIVE_KEY)
@@ -149,7 +171,7 @@ class GuardedRequest:
 
     def settled(self, first: Attempt) -> LadderResult | None:
         """The result without running the ladder, when no repair is called for."""
-        result = settled_without_repair(first, self.guard.policy)
+        result = settled_without_repair(first, self.policy)
         if result is not None:
             self.on_attempt(first)
             self._outcome(result)
@@ -158,7 +180,7 @@ class GuardedRequest:
     async def ladder(self, first: Attempt, send: Send) -> LadderResult:
         try:
             async with asyncio.timeout(self.guard.settings.request_timeout):
-                result = await run_ladder(self.body, first, self.rules, self.guard.policy,
+                result = await run_ladder(self.body, first, self.rules, self.policy,
                                           send, self.on_attempt, self.builders)
         except TimeoutError:
             result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
@@ -166,6 +188,8 @@ class GuardedRequest:
         return result
 
     def _outcome(self, result: LadderResult) -> None:
+        if withholds(result, self.policy.on_exhausted):
+            result.fallbacks.append("invalid_call_withheld")
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id, None,
                                      self.dialect_name)
 
@@ -173,7 +197,7 @@ class GuardedRequest:
         """The completion (or, with a dialect, the native reply) the caller gets, or None
         for the upstream's own, untouched."""
         self.observe(result)
-        returned = returned_attempt(result, self.guard.policy.on_exhausted)
+        returned = returned_attempt(result, self.policy.on_exhausted)
         first = result.attempts[0]
         if returned is first and not first.changed:
             return None
@@ -187,7 +211,7 @@ class GuardedRequest:
         upstream = sum(a.upstream_seconds for a in result.attempts)
         added = max(0.0, time.perf_counter() - self.started - upstream)
         self.guard.telemetry.added_seconds.observe(added)
-        if result.outcome == "exhausted" and self.guard.policy.on_exhausted == "error":
+        if result.gave_up and self.policy.on_exhausted == "error":
             channels = sorted({str(v.channel) for v in result.final.verdict.violations})
             raise RepairExhausted(
                 f"the model produced no valid tool call in {result.upstream_calls} attempts "
@@ -206,7 +230,7 @@ class StreamGuard:
 
     def __init__(self, request: GuardedRequest) -> None:
         self.request = request
-        self.assembler = StreamAssembler(hold_all_text=request.guard.policy.lift_text_calls)
+        self.assembler = StreamAssembler(hold_all_text=request.policy.lift_text_calls)
         self.began = time.perf_counter()
 
     def feed(self, chunk: JsonObject) -> list[JsonObject | None]:
@@ -230,7 +254,7 @@ class StreamGuard:
 
     def closing(self, result: LadderResult) -> list[JsonObject]:
         self.request.observe(result)
-        final = returned_attempt(result, self.request.guard.policy.on_exhausted)
+        final = returned_attempt(result, self.request.policy.on_exhausted)
         return closing_chunk_bodies(self.assembler, result, final)
 
     def broken(self, reason: str) -> UpstreamStreamCut:

@@ -34,6 +34,31 @@ def _serve_parser(commands: Any) -> None:
                        "messages, responses (default all; others are translated to chat)")
     serve.add_argument("--model-variant", dest="model_variant",
                        help="embedded model variant (Q4_K_M, Q3_K_S, Q2_K)")
+    serve.add_argument("--error-budget", type=int, dest="error_budget",
+                       help="the agents' error budget K when a request sends no "
+                       "x-reflexguard-error-budget header (docs/repair.md)")
+    serve.add_argument("--tool-error-pattern", dest="tool_error_pattern",
+                       help="regex: a chat tool message reporting a failed call (^Error:)")
+    serve.add_argument("--responses-error-pattern", dest="responses_error_pattern",
+                       help="regex: a Responses function_call_output reporting a failure")
+    serve.add_argument("--workers", type=int, help="worker processes on one port "
+                       "(SO_REUSEPORT; default 1 = one process, no supervisor); needs "
+                       "--upstream")
+    serve.add_argument("--worker-grace", type=float, dest="worker_grace",
+                       help="seconds workers may finish in-flight requests on SIGTERM "
+                       "(default 30)")
+    serve.add_argument("--state", help="where sessions live: memory (default) or "
+                       "redis://HOST:PORT/DB (also rediss://, unix://), shared by every "
+                       "worker and replica")
+    serve.add_argument("--state-timeout", type=float, dest="state_timeout",
+                       help="seconds a request may wait on the session store (default 0.05)")
+    serve.add_argument("--session-ttl", type=float, dest="session_ttl",
+                       help="seconds a session is kept after it was last seen (default 86400)")
+    serve.add_argument("--margins", choices=["on", "off"],
+                       help="ask the upstream for logprobs and record each call's logit "
+                       "margins (docs/screen.md)")
+    serve.add_argument("--margin-threshold", type=float, dest="margin_threshold",
+                       help="a tool name's margin below this many nats is thin")
 
 
 def _model_parser(commands: Any) -> None:
@@ -47,11 +72,18 @@ def _model_parser(commands: Any) -> None:
                        "cached variant loads and decodes (in a subprocess), with tokens/s")
 
 
+def _screen_parser(commands: Any) -> None:
+    from reflexguard.cli.screen import add_screen_parser
+
+    add_screen_parser(commands)
+
+
 def parser() -> argparse.ArgumentParser:
     root = OneLineParser(prog="reflexguard", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _model_parser(commands)
+    _screen_parser(commands)
     return root
 
 
@@ -73,7 +105,6 @@ def _describe(error: ValidationError) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "serve":
-        from reflexguard.cli.serve import serve
         from reflexguard.ops.config import load_settings
 
         try:
@@ -82,7 +113,18 @@ def run(argv: Sequence[str] | None = None) -> int:
             raise CliError(_describe(exc)) from None
         except (FileNotFoundError, ValueError) as exc:
             raise CliError(str(exc).splitlines()[0]) from None
+        if settings.workers > 1:
+            # Before cli.serve imports prometheus_client: see cli/workers.py.
+            from reflexguard.cli.workers import serve_workers
+
+            return serve_workers(settings)
+        from reflexguard.cli.serve import serve
+
         return serve(settings)
+    if args.command == "screen":
+        from reflexguard.cli.screen import run_screen
+
+        return run_screen(args)
     from reflexguard.cli.model import run_model_command
 
     return run_model_command(args)

@@ -13,6 +13,7 @@ import functools
 import gc
 import signal
 import sys
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -49,7 +50,15 @@ def supervised_app(settings: Settings, supervisor: Supervisor) -> web.Applicatio
     return app
 
 
-async def _serve(settings: Settings, app: web.Application, upstream: str | None) -> None:
+AIOHTTP_SHUTDOWN_TIMEOUT = 60.0  # aiohttp's own default: the single process keeps it
+
+
+async def run_server(settings: Settings, app: web.Application, upstream: str | None, *,
+                 reuse_port: bool = False, shutdown_timeout: float = AIOHTTP_SHUTDOWN_TIMEOUT,
+                 on_listening: Callable[[], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then drain: stop accepting, let in-flight requests end
+    within `shutdown_timeout`. A worker (cli/worker.py) listens on its own SO_REUSEPORT
+    socket and reports when it does (`on_listening`)."""
     # Signals first: the embedded child is launched during setup, and a SIGTERM from then
     # on must stop it in order rather than kill this process with the default action.
     stop = asyncio.Event()
@@ -59,9 +68,10 @@ async def _serve(settings: Settings, app: web.Application, upstream: str | None)
             loop.add_signal_handler(sig, stop.set)
     # handler_cancellation: a client that hangs up cancels its request's repair ladder.
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           handler_cancellation=True)
+                           handler_cancellation=True, shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=1024,
+                       reuse_port=reuse_port or None)
     try:
         await site.start()
     except OSError:
@@ -75,6 +85,8 @@ async def _serve(settings: Settings, app: web.Application, upstream: str | None)
     log = app[GUARD_KEY].telemetry.log
     log.info("listening", host=settings.host, port=settings.port, upstream=upstream,
              repair=settings.repair)
+    if on_listening is not None:
+        on_listening()
     try:
         await stop.wait()
     finally:
@@ -87,7 +99,7 @@ def serve(settings: Settings) -> int:
     try:
         if settings.upstream is not None:
             app = build_app(settings, settings.upstream)
-            asyncio.run(_serve(settings, app, redact(settings.upstream)))
+            asyncio.run(run_server(settings, app, redact(settings.upstream)))
             return 0
         # The embedded model writes tool calls as text: that is its server's output format.
         # llama-cpp-python's server speaks only Chat Completions: Messages and Responses are
@@ -102,7 +114,7 @@ def serve(settings: Settings) -> int:
         print(f"reflexguard: serving on http://{settings.host}:{settings.port}/v1; the "
               f"embedded model ({variant}) is starting on the CPU (GET /healthz answers 200 "
               f"once it is ready)", file=sys.stderr)
-        asyncio.run(_serve(embedded, supervised_app(embedded, supervisor),
+        asyncio.run(run_server(embedded, supervised_app(embedded, supervisor),
                            f"embedded {variant} (supervised)"))
     except (ChildFailed, model_store.ModelError, ValueError) as exc:
         raise CliError(str(exc)) from None

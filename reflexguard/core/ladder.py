@@ -7,6 +7,7 @@ the real HTTP client; the server drives it with the pooled aiohttp client.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,11 +26,17 @@ from reflexguard.core.validate import CallRules, validate_reply
 AttemptKind = Literal["initial", "fix", "reask", "constrained"]
 Outcome = Literal[
     "clean", "observed", "fixed_by_fix", "fixed_by_reask", "fixed_by_constrained", "exhausted",
-    "not_repaired",
+    "not_repaired", "repeated_failure",
 ]
-OnExhausted = Literal["passthrough", "original", "error"]
+# The ladder ran and no attempt was valid: the agent gets what `on_exhausted` says.
+GAVE_UP: frozenset[Outcome] = frozenset({"exhausted", "repeated_failure"})
+OnExhausted = Literal["passthrough", "original", "error", "withhold"]
 MAX_REPAIRS_CEILING = 10
 FIX_PASSES = 2
+# What the agent reads when an invalid call is withheld and its reply had no text of its
+# own: a question to the user, which costs an agent's error budget nothing.
+WITHHELD_TEXT = ("I could not complete that step. Could you confirm the details so I can "
+                 "try again?")
 
 
 class UpstreamFailure(Exception):
@@ -44,6 +51,10 @@ class GuardPolicy:
     fixes: FixPolicy = field(default_factory=FixPolicy)
     lift_text_calls: bool = False
     on_exhausted: OnExhausted = "passthrough"
+    # The re-ask (1-based) from which every attempt is constrained; None: only the last.
+    constrained_from: int | None = None
+    # The edge must check `ungrounded_entity` for this request even when grounding is off.
+    ground_entities: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,10 @@ class LadderResult:
     @property
     def final(self) -> Attempt:
         return self.attempts[-1]
+
+    @property
+    def gave_up(self) -> bool:
+        return self.outcome in GAVE_UP
 
     @property
     def upstream_calls(self) -> int:
@@ -132,6 +147,22 @@ def read_attempt(
     verdicts = tuple(validate_reply(r, rules) for r in replies)
     lifted = any(a is not b for a, b in zip(read, replies, strict=True))
     return Attempt(number, kind, completion, tuple(replies), verdicts, seconds, lifted=lifted)
+
+
+def call_signature(reply: Reply) -> tuple[tuple[str, str], ...] | None:
+    """A reply's calls as (name, canonical arguments): parsed JSON with sorted keys, or the
+    raw text when it does not parse. None for a reply without calls."""
+    if not reply.tool_calls:
+        return None
+    calls = []
+    for call in reply.tool_calls:
+        try:
+            arguments = json.dumps(json.loads(call.arguments), sort_keys=True,
+                                   ensure_ascii=False, separators=(",", ":"))
+        except (ValueError, RecursionError):
+            arguments = call.arguments
+        calls.append((call.name, arguments))
+    return tuple(calls)
 
 
 def _fixed(attempt: Attempt, rules: CallRules, policy: FixPolicy) -> Attempt | None:
@@ -203,14 +234,21 @@ async def run_ladder(
     if repairs <= 0:
         return LadderResult(attempts, "exhausted", ["exhausted"])
     failed_calls = 0
+    constrained_from = min(policy.constrained_from or repairs, repairs)
+    # Every invalid reply so far, by its calls: a re-ask that brings one back is a repeat.
+    seen = {s for a in attempts if (s := call_signature(a.reply)) is not None}
+    repeated = jump = stop = False
+
+    def constrainable() -> bool:
+        return policy.constrained != "off" and not _only_ungrounded(latest.verdict)
 
     async def reask() -> Attempt:
-        nonlocal latest, failed_calls
+        nonlocal latest, failed_calls, repeated, jump, stop
         number = len([a for a in attempts if a.kind != "fix"]) + 1
-        is_last = number == repairs + 1
+        forced = jump  # the one constrained attempt a repeat earned
         request = builders.reask(body, latest.reply, latest.verdict, rules.toolset)
         kind: AttemptKind = "reask"
-        if is_last and policy.constrained != "off" and not _only_ungrounded(latest.verdict):
+        if (forced or number - 1 >= constrained_from) and constrainable():
             request = builders.constrain(request, policy.constrained, latest.reply,
                                          latest.verdict, rules.toolset)
             kind = "constrained"
@@ -229,11 +267,25 @@ async def run_ladder(
         attempts.append(attempt)
         on_attempt(attempt)
         latest = fix(attempt) if not attempt.valid else attempt
+        stop = forced
+        if not latest.valid:
+            signatures = {s for s in (call_signature(attempt.reply), call_signature(latest.reply))
+                          if s is not None}
+            if signatures & seen:
+                # The same request would most likely get the same call a third time:
+                # change the request (constrain it) or stop spending attempts on it.
+                repeated = True
+                if kind != "constrained" and number - 1 < repairs and constrainable():
+                    jump = True
+                    fallbacks.append("repeated_call_constrained")
+                else:
+                    stop = True
+            seen.update(signatures)
         return latest
 
     retrying = AsyncRetrying(
         stop=stop_after_attempt(repairs),
-        retry=retry_if_result(lambda attempt: not attempt.valid),
+        retry=retry_if_result(lambda attempt: not attempt.valid and not stop),
         retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
         reraise=True,
     )
@@ -246,14 +298,41 @@ async def run_ladder(
         outcome: Outcome = "fixed_by_constrained" if final.kind == "constrained" or (
             final.kind == "fix" and attempts[-2].kind == "constrained") else "fixed_by_reask"
         return LadderResult(attempts, outcome, fallbacks, failed_calls)
+    if repeated:
+        return LadderResult(attempts, "repeated_failure", [*fallbacks, "repeated_failure"],
+                            failed_calls)
     return LadderResult(attempts, "exhausted", [*fallbacks, "exhausted"], failed_calls)
 
 
+def withholds(result: LadderResult, on_exhausted: OnExhausted) -> bool:
+    """Whether `on_exhausted: withhold` keeps this result's invalid calls from the agent:
+    the ladder repaired (or declined to repair) one reply and it is still invalid."""
+    final = result.final
+    return (on_exhausted == "withhold" and result.outcome != "observed"
+            and not final.valid and len(final.replies) == 1)
+
+
+def withheld_attempt(result: LadderResult) -> Attempt:
+    """The reply without its calls: the model's first text to the agent, or WITHHELD_TEXT.
+
+    Numbered 1 as the first answer is: a stream has already forwarded that answer's text,
+    so only its held rest is written; `lifted` when the text is ours (or a lifted reply's,
+    all of it held), which the agent has not seen yet.
+    """
+    first = result.attempts[0]
+    own = first.reply.content if first.reply.content and first.reply.content.strip() else None
+    reply = Reply(content=own or WITHHELD_TEXT, finish_reason="stop")
+    return Attempt(1, "fix", first.completion, (reply,), (Verdict(),), 0.0,
+                   ("invalid_call_withheld",), lifted=own is None or first.lifted)
+
+
 def returned_attempt(result: LadderResult, on_exhausted: OnExhausted) -> Attempt:
-    """The attempt whose reply the agent gets: the final one, or after an exhausted ladder
-    with `on_exhausted: original`, the model's first answer (exactly what the agent would
-    have had without reflexguard)."""
-    if result.outcome == "exhausted" and on_exhausted == "original":
+    """The attempt whose reply the agent gets: the final one, or after a ladder that gave
+    up with `on_exhausted: original`, the model's first answer (exactly what the agent
+    would have had without reflexguard), or with `withhold`, that reply without calls."""
+    if withholds(result, on_exhausted):
+        return withheld_attempt(result)
+    if result.gave_up and on_exhausted == "original":
         return result.attempts[0]
     return result.final
 

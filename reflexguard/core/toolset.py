@@ -1,7 +1,12 @@
-"""Compiling a request's tools into validators, cached by a hash of the tool set.
+"""Compiling a request's tools into validators, cached by the tool set.
 
 Nothing here does I/O: remote `$ref`s are refused rather than fetched, because a
 schema arriving in a request must never make the proxy open a connection.
+
+An agent sends the same tools every turn, so the cache's hit is the hot path: it costs one
+serialisation of the parsed list and one dict lookup, whatever the schemas hold. Canonical
+hashing and the walk for nesting depth happen once per distinct serialisation, on a miss
+(docs/performance.md, "Tool lists").
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ class InvalidToolSchema(ValueError):
         super().__init__(f"tool {tool_name!r} has invalid parameters: {reason}")
         self.tool_name = tool_name
         self.param = f"tools[{index}].function.parameters"
+
+
+class ToolsTooDeep(ValueError):
+    """The tools list nests deeper than the caller allows."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"tools nest deeper than {limit} levels")
+        self.limit = limit
 
 
 class InvalidTools(ValueError):
@@ -51,9 +64,10 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class ToolSet:
-    digest: str
+    digest: str  # an id for logs and events: the canonical digest's first 64 bits
     specs: dict[str, ToolSpec]
     schema_text: str = field(repr=False)  # descriptions and examples, for grounding
+    depth: int = 1  # how deep the tools list nests, the list itself being level 1
 
     @property
     def names(self) -> list[str]:
@@ -95,7 +109,25 @@ def _local_metaschema(parameters: dict[str, Any], name: str, index: int) -> dict
     return parameters if declared == canonical else {**parameters, "$schema": canonical}
 
 
-def _compile(tools: list[Any], digest: str) -> ToolSet:
+def nesting_depth(value: object) -> int:
+    """How many containers deep parsed JSON nests (a scalar: 0). Iterative."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, dict | list))
+    return deepest
+
+
+def _compile(tools: list[Any], digest: str, depth: int) -> ToolSet:
     specs: dict[str, ToolSpec] = {}
     for index, tool in enumerate(tools):
         if not isinstance(tool, dict):
@@ -122,19 +154,49 @@ def _compile(tools: list[Any], digest: str) -> ToolSet:
             raise InvalidToolSchema(name, index, reason) from None
         specs[name] = ToolSpec(name=name, parameters=parameters, validator=validator)
     schema_text = orjson.dumps(tools).decode().casefold()
-    return ToolSet(digest=digest, specs=specs, schema_text=schema_text)
+    return ToolSet(digest=digest, specs=specs, schema_text=schema_text, depth=depth)
 
 
 class ToolSetCache:
-    """A bounded LRU of compiled tool sets: an agent sends the same tools every turn."""
+    """Compiled tool sets under two bounded LRUs: by the exact serialisation of the parsed
+    list (the hot path), and by its canonical digest (key order ignored), which a miss
+    falls back to, so tool lists that differ only in key order or whitespace share one
+    compiled set. The exact key is the bytes themselves, compared in full on a hash match,
+    so no collision can return another request's tools."""
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, capacity: int = 256, exact_key_bytes: int = 16 * 1024 * 1024) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[str, ToolSet] = OrderedDict()
+        self._entries: OrderedDict[bytes, ToolSet] = OrderedDict()  # by canonical digest
+        self._exact: OrderedDict[bytes, ToolSet] = OrderedDict()  # by serialisation
+        self._exact_key_bytes = exact_key_bytes  # the exact keys' total size, bounded
+        self._held_key_bytes = 0
         self.hits = 0
         self.misses = 0
 
-    def get(self, tools: list[Any]) -> ToolSet:
+    def get(self, tools: list[Any], max_depth: int | None = None) -> ToolSet:
+        """The compiled set for `tools`; with `max_depth`, a list nesting deeper (the list
+        itself being level 1) raises ToolsTooDeep and is never compiled."""
+        try:
+            key = orjson.dumps(tools)
+        except TypeError as exc:  # integers beyond 64 bits; nesting beyond orjson's 254
+            if max_depth is not None and nesting_depth(tools) > max_depth:
+                raise ToolsTooDeep(max_depth) from None
+            raise InvalidTools(f"tools cannot be serialised: {exc}") from None
+        found = self._exact.get(key)
+        if found is None:
+            found = self._canonical(tools, max_depth)
+            self._remember(key, found)
+        else:
+            self._exact.move_to_end(key)
+            self.hits += 1
+        if max_depth is not None and found.depth > max_depth:
+            raise ToolsTooDeep(max_depth)
+        return found
+
+    def _canonical(self, tools: list[Any], max_depth: int | None) -> ToolSet:
+        depth = nesting_depth(tools)
+        if max_depth is not None and depth > max_depth:
+            raise ToolsTooDeep(max_depth)  # before canonical hashing or compiling walk it
         digest = tool_set_digest(tools)
         cached = self._entries.get(digest)
         if cached is not None:
@@ -142,16 +204,32 @@ class ToolSetCache:
             self.hits += 1
             return cached
         self.misses += 1
-        compiled = _compile(tools, digest)
+        compiled = _compile(tools, digest.hex()[:16], depth)
         self._entries[digest] = compiled
         if len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
         return compiled
 
+    def _remember(self, key: bytes, toolset: ToolSet) -> None:
+        if len(key) > self._exact_key_bytes:
+            return  # held by its digest only
+        self._exact[key] = toolset
+        self._held_key_bytes += len(key)
+        while len(self._exact) > self._capacity or self._held_key_bytes > self._exact_key_bytes:
+            evicted, _ = self._exact.popitem(last=False)
+            self._held_key_bytes -= len(evicted)
 
-def tool_set_digest(tools: list[Any]) -> str:
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        """(compiled sets by digest, exact keys, the exact keys' bytes): what is held."""
+        return len(self._entries), len(self._exact), self._held_key_bytes
+
+
+def tool_set_digest(tools: list[Any]) -> bytes:
+    """A 256-bit digest of the canonical form (keys sorted): strong enough that two tool
+    sets sharing one cannot be found, so a hit needs no comparison."""
     try:
         canonical = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
     except TypeError as exc:  # integers beyond 64 bits and the like
         raise InvalidTools(f"tools cannot be serialised: {exc}") from None
-    return hashlib.blake2b(canonical, digest_size=8).hexdigest()
+    return hashlib.blake2b(canonical, digest_size=32).digest()

@@ -21,7 +21,7 @@ from reflexguard.core.limits import (
     safe_label,
 )
 from reflexguard.core.model import JsonObject, ToolChoice
-from reflexguard.core.toolset import InvalidTools, InvalidToolSchema, ToolSetCache
+from reflexguard.core.toolset import InvalidTools, InvalidToolSchema, ToolSetCache, ToolsTooDeep
 from reflexguard.core.validate import CallRules
 
 
@@ -45,17 +45,35 @@ class ChatRequest:
         return self.rules is not None
 
 
-def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonObject:
+def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
+               tools_checked_later: bool = False) -> JsonObject:
+    """The body as a JSON object nesting at most `max_depth` levels. With
+    `tools_checked_later`, a `tools` list is left to the tool-set cache, which knows the
+    depth of a list it has seen (request_of's `max_depth`): walking 10 KB of schemas on
+    every request cost more than parsing them."""
     try:
         body: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
-    if nesting_could_exceed(raw, max_depth) and depth_exceeds(body, max_depth):
-        raise BadRequest(f"request body nests deeper than {max_depth} levels",
-                         code="nesting_too_deep")
+    if nesting_could_exceed(raw, max_depth) and _nests_deeper(body, max_depth,
+                                                              tools_checked_later):
+        raise _too_deep(max_depth)
     return body
+
+
+def _nests_deeper(body: JsonObject, max_depth: int, skip_tools: bool) -> bool:
+    if not skip_tools or not isinstance(body.get("tools"), list):
+        return depth_exceeds(body, max_depth)
+    # A member's own depth is one less than its depth in the body.
+    return any(depth_exceeds(value, max_depth - 1) for key, value in body.items()
+               if key != "tools")
+
+
+def _too_deep(max_depth: int) -> BadRequest:
+    return BadRequest(f"request body nests deeper than {max_depth} levels",
+                      code="nesting_too_deep")
 
 
 def _check_messages(body: JsonObject) -> None:
@@ -74,14 +92,16 @@ def _check_messages(body: JsonObject) -> None:
 
 def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
                  max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ChatRequest:
-    body = parse_body(raw, max_depth)
+    body = parse_body(raw, max_depth, tools_checked_later=True)
     _check_messages(body)
-    return request_of(body, cache, grounding)
+    return request_of(body, cache, grounding, max_depth)
 
 
-def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy) -> ChatRequest:
+def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy,
+               max_depth: int | None = None) -> ChatRequest:
     """A parsed chat body whose envelope was checked (here, or by a dialect translating its
-    own request into this view)."""
+    own request into this view). `max_depth`: the body's limit, for the tools that
+    `parse_body(..., tools_checked_later=True)` left unchecked."""
     stream_flag = body.get("stream", False)
     if not isinstance(stream_flag, bool) and stream_flag is not None:
         raise BadRequest("'stream' must be a boolean", param="stream")
@@ -94,7 +114,9 @@ def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy
     if not isinstance(tools, list):
         raise BadRequest("'tools' must be an array", param="tools")
     try:
-        toolset = cache.get(tools)
+        toolset = cache.get(tools, None if max_depth is None else max_depth - 1)
+    except ToolsTooDeep:
+        raise _too_deep(max_depth or 0) from None
     except InvalidToolSchema as exc:
         raise BadRequest(str(exc), param=exc.param, code="invalid_tool_schema") from None
     except InvalidTools as exc:

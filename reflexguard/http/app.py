@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from reflexguard.core.bodies import UndecodableBody, decoded_body
+from reflexguard.core.budget import BUDGET_HEADER
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import safe_label
 from reflexguard.core.urls import UnsafePath, passthrough_tail, redact
@@ -68,6 +69,10 @@ class Routes(GuardContext):
         call = GuardedCall(self, chat, raw, headers,
                            safe_label(session) if session is not None else None, started)
         try:
+            call.read_budget(request.headers.get(BUDGET_HEADER))
+        except BadRequest as exc:
+            return bad_request(exc)
+        try:
             if chat.stream:
                 return await guarded_stream(call, request)
             return await call.respond()
@@ -119,6 +124,10 @@ class Routes(GuardContext):
         call = DialectCall(self, parsed, raw, dialect, native, request.query_string, headers,
                            session_of(request, parsed.body), started)
         try:
+            call.read_budget(request.headers.get(BUDGET_HEADER))
+        except BadRequest as exc:
+            return dialect_bad_request(dialect, exc)
+        try:
             if parsed.chat.stream:
                 return await dialect_stream(call, request)
             return await call.answer()
@@ -166,10 +175,14 @@ class Routes(GuardContext):
         if denied is not None:
             return denied
         session = request.match_info["session"]
-        counts = self.telemetry.sessions.get(session)
-        if counts is None:
-            return json_error(404, f"no violations recorded for session {safe_label(session)!r}")
-        return web.json_response({"session": session, "violations": counts})
+        record, source = await self.sessions.read(session)
+        if record is None:
+            response = json_error(404, f"no session recorded as {safe_label(session)!r}")
+        else:
+            response = web.json_response(record.model_dump())
+        # Said in a header, not the body: the body is the same from every replica.
+        response.headers["x-reflexguard-state"] = source
+        return response
 
     async def _body(self, request: web.Request) -> bytes:
         try:
@@ -269,6 +282,7 @@ def build_app(settings: Settings, upstream_url: str | None = None,
         await upstream.start()
 
     async def stop(_: web.Application) -> None:
+        await guard.sessions.close()  # drains the session writes still in flight
         await upstream.close()
         telemetry.close()
 

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from reflexguard.core.budget import REMAINING_HEADER, policy_for_budget
 from reflexguard.core.errors import error_body
 from reflexguard.core.ladder import (
     CHAT_BUILDERS,
@@ -24,9 +25,11 @@ from reflexguard.core.ladder import (
     read_attempt,
     returned_attempt,
     run_ladder,
+    withholds,
 )
-from reflexguard.dialects.chat_request import ChatRequest
+from reflexguard.dialects.chat_request import ChatRequest, request_of
 from reflexguard.http.context import GuardContext
+from reflexguard.http.margins import RequestMargins, with_logprobs
 from reflexguard.http.responses import JSON, upstream_error
 from reflexguard.http.upstream import (
     AnswerTooDeep,
@@ -34,6 +37,7 @@ from reflexguard.http.upstream import (
     UpstreamTimeout,
     parse_completion,
 )
+from reflexguard.ops.policy import grounding_policy, request_budget, spent_errors
 
 
 class GuardedCall:
@@ -49,6 +53,7 @@ class GuardedCall:
         self.guard = guard
         self.chat = chat
         self.raw = raw
+        self.client_raw = raw  # `raw` as the client sent it, should `raw` gain logprobs
         self.headers = headers
         self.session = session
         self.started = started
@@ -56,6 +61,46 @@ class GuardedCall:
         self.deadline = asyncio.get_running_loop().time() + guard.settings.request_timeout
         assert chat.rules is not None
         self.rules = chat.rules
+        self.policy = guard.policy  # this request's: a low error budget escalates it
+        self.environment_errors = 0  # failed tool results in the conversation, when read
+        self.budget_remaining: int | None = None
+        self.margins = RequestMargins(guard.settings.margins, chat.body, guard.telemetry,
+                                      self.request_id)
+        if self.margins.inject:  # a copy with logprobs asked; the caller's bytes stay
+            self.raw = orjson.dumps(with_logprobs(orjson.loads(raw)))
+
+    def client_body(self) -> dict[str, Any]:
+        """The request as the client sent it, in `self.dialect`'s wire format."""
+        return self.chat.body
+
+    def read_budget(self, header: str | None) -> None:
+        """Apply the request's error budget, if one is known (docs/repair.md). Raises
+        BadRequest when the header is not a budget."""
+        budget = request_budget(header, self.dialect, self.client_body(), self.guard.settings)
+        if budget is None:
+            return
+        self.environment_errors = budget.spent
+        self.budget_remaining = budget.remaining
+        self.policy = policy_for_budget(self.guard.policy, budget.remaining)
+        if self.policy.ground_entities and self.rules.identifier_pattern is None:
+            forced = grounding_policy(self.guard.settings, forced=True)
+            self.chat = request_of(self.chat.body, self.guard.toolsets, forced)
+            assert self.chat.rules is not None
+            self.rules = self.chat.rules
+
+    def session_errors(self) -> int | None:
+        """The failures the environment reported, for the session record: read from the
+        conversation when no budget already read them (one pass, and only for a session)."""
+        if self.session is None:
+            return None
+        if self.budget_remaining is not None:
+            return self.environment_errors
+        return spent_errors(self.dialect, self.client_body(), self.guard.settings)
+
+    def budget_headers(self) -> dict[str, str]:
+        if self.budget_remaining is None:
+            return {}
+        return {REMAINING_HEADER: str(self.budget_remaining)}
 
     async def send(self, body: dict[str, Any]) -> dict[str, Any]:
         return await self.guard.upstream.completion(body, self.headers,
@@ -63,24 +108,29 @@ class GuardedCall:
 
     def ladder_body(self) -> dict[str, Any]:
         """The request the ladder's re-asks extend, in the wire format `send` posts."""
-        return self.chat.body
+        return self.margins.body(self.chat.body)
 
     def on_attempt(self, attempt: Attempt) -> None:
         self.guard.telemetry.attempt(attempt, self.request_id, self.session, self.chat.model,
-                                     self.rules.toolset.digest, self.chat.stream, self.dialect)
+                                     self.rules.toolset.digest, self.chat.stream, self.dialect,
+                                     margins=self.margins.of(attempt),
+                                     margin_threshold=self.guard.settings.margin_threshold)
 
     async def ladder(self, first: Attempt) -> LadderResult:
         try:
             async with asyncio.timeout_at(self.deadline):
                 result = await run_ladder(self.ladder_body(), first, self.rules,
-                                          self.guard.policy, self.send, self.on_attempt,
+                                          self.policy, self.send, self.on_attempt,
                                           self.builders)
         except TimeoutError:
             # The deadline fell during repair: the agent gets the model's first answer (what
             # it would have had without reflexguard), or the exhausted error if so set.
             result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
+        if withholds(result, self.policy.on_exhausted):
+            result.fallbacks.append("invalid_call_withheld")
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id,
-                                     self.session, self.dialect)
+                                     self.session, self.dialect,
+                                     environment_errors=self.session_errors())
         return result
 
     def finish(self, result: LadderResult) -> dict[str, str]:
@@ -91,10 +141,11 @@ class GuardedCall:
             "x-reflexguard-attempts": str(result.upstream_calls),
             "x-reflexguard-violations": str(result.violations),
             "x-reflexguard-request-id": self.request_id,
+            **self.budget_headers(),
         }
 
     def exhausted_error(self, result: LadderResult) -> bytes | None:
-        message = exhausted_message(result, self.guard.policy.on_exhausted)
+        message = exhausted_message(result, self.policy.on_exhausted)
         if message is None:
             return None
         return error_body(502, message, code="tool_call_repair_exhausted")
@@ -115,20 +166,22 @@ class GuardedCall:
         except UpstreamFailure as exc:
             return upstream_error(exc)
         first = read_attempt(1, "initial", completion, self.rules,
-                             self.guard.policy.lift_text_calls, time.perf_counter() - began)
+                             self.policy.lift_text_calls, time.perf_counter() - began)
         result = await self.ladder(first)
         headers = self.finish(result)
         failure = self.exhausted_error(result)
         if failure is not None:
             return web.Response(status=502, body=failure, content_type=JSON, headers=headers)
-        returned = returned_attempt(result, self.guard.policy.on_exhausted)
+        returned = returned_attempt(result, self.policy.on_exhausted)
         body = answer.body  # the fast path: the upstream's own bytes, untouched
         if returned is not first or first.changed:
             try:
-                body = orjson.dumps(agent_completion(result, returned))
+                body = orjson.dumps(self.margins.outgoing(agent_completion(result, returned)))
             except (TypeError, RecursionError):
                 # orjson writes 254 levels: an answer deeper than that goes out as it came.
                 self.guard.telemetry.fallback("unencodable_answer", request_id=self.request_id)
+        elif self.margins.inject:  # the logprobs we asked for are ours, not the agent's
+            body = orjson.dumps(self.margins.outgoing(completion))
         return web.Response(body=body, content_type=JSON, headers=headers)
 
     def deadline_failure(self) -> UpstreamTimeout:
@@ -139,8 +192,8 @@ class GuardedCall:
 
 
 def exhausted_message(result: LadderResult, on_exhausted: str) -> str | None:
-    """The error text after an exhausted ladder with `on_exhausted: error`, else None."""
-    if result.outcome != "exhausted" or on_exhausted != "error":
+    """The error text after a ladder that gave up with `on_exhausted: error`, else None."""
+    if not result.gave_up or on_exhausted != "error":
         return None
     channels = sorted({str(v.channel) for v in result.final.verdict.violations})
     return (f"the model produced no valid tool call in {result.upstream_calls} attempts "

@@ -13,6 +13,7 @@ from reflexguard.core.toolset import ToolSetCache
 from reflexguard.http.upstream import Upstream
 from reflexguard.ops.config import Settings
 from reflexguard.ops.policy import grounding_policy, guard_policy
+from reflexguard.ops.state import session_state
 from reflexguard.ops.telemetry import Telemetry
 
 # (HTTP status, body) for /healthz when something supervises the upstream (serve.py sets it
@@ -31,3 +32,8 @@ class GuardContext:
         self.toolsets = ToolSetCache()
         self.grounding = grounding_policy(settings)
         self.policy = guard_policy(settings)
+        # Sessions, in memory or on Redis (docs/scaling.md); telemetry records into them.
+        self.sessions = session_state(settings.state, settings.session_ttl,
+                                      settings.state_timeout, telemetry.fallback,
+                                      lambda kind: telemetry.fallbacks.labels(kind).inc())
+        telemetry.sessions = self.sessions

@@ -37,6 +37,7 @@ from reflexguard.dialects.native import (
 )
 from reflexguard.http.call import GuardedCall, exhausted_message
 from reflexguard.http.context import GuardContext
+from reflexguard.http.margins import RequestMargins
 from reflexguard.http.responses import JSON
 from reflexguard.http.upstream import (
     AnswerTooDeep,
@@ -111,9 +112,15 @@ class DialectCall(GuardedCall):
                          else CHAT_BUILDERS)
         self.path = f"{dialect.path}?{query}" if native and query else dialect.path
         self.first_bytes: bytes | None = None
+        if native:  # a native Messages/Responses reply carries no chat-format logprobs
+            self.margins = RequestMargins(False, request.chat.body, guard.telemetry,
+                                          self.request_id)
 
     def ladder_body(self) -> dict[str, Any]:
-        return self.request.body if self.native else self.chat.body
+        return self.request.body if self.native else super().ladder_body()
+
+    def client_body(self) -> dict[str, Any]:
+        return self.request.body
 
     async def send(self, body: dict[str, Any]) -> dict[str, Any]:
         if not self.native:
@@ -167,11 +174,11 @@ class DialectCall(GuardedCall):
             return dialect_upstream_error(self.dialect_spec, exc, self.native)
         result = await self.ladder(first)
         headers = self.finish(result)
-        message = exhausted_message(result, self.guard.policy.on_exhausted)
+        message = exhausted_message(result, self.policy.on_exhausted)
         if message is not None:
             return dialect_error(self.dialect_spec, 502, message,
                                  code="tool_call_repair_exhausted", headers=headers)
-        returned = returned_attempt(result, self.guard.policy.on_exhausted)
+        returned = returned_attempt(result, self.policy.on_exhausted)
         if self.native and returned is first and not first.changed:
             return web.Response(body=body, content_type=JSON, headers=headers)
         reply = self.native_reply(result, returned)

@@ -33,6 +33,7 @@ from reflexguard.http.call import exhausted_message
 from reflexguard.http.context import GuardContext
 from reflexguard.http.dialect_call import DialectCall, dialect_error, dialect_upstream_error
 from reflexguard.http.streams import (
+    EVENT_STREAM,
     STREAM_FAULTS,
     ClientGone,
     ClientStream,
@@ -82,6 +83,7 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
             if "error" in data or data.get("type") in ("error", "response.failed"):
                 return f"upstream error mid-stream: {str(data.get('error'))[:200]}"
             for chunk in events.chunks(data):
+                call.margins.collect(chunk)  # translated chat chunks only (native: off)
                 forward = assembler.feed(chunk)
                 if not writer:
                     writer.append(_writer(call, _skeleton(call, events)))
@@ -108,7 +110,7 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
 
 
 async def dialect_stream(call: DialectCall, request: web.Request) -> web.StreamResponse:
-    out = ClientStream(request)
+    out = ClientStream(request, headers={**EVENT_STREAM, **call.budget_headers()})
     error_event = messages_error_event if call.dialect == "messages" else responses_error_event
     try:
         async with asyncio.timeout_at(call.deadline):
@@ -139,7 +141,8 @@ async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
     else:
         events = _ChatEvents()
         path = "chat/completions"
-        raw = orjson.dumps(call.chat.body)  # stream and include_usage set by the translation
+        # stream and include_usage set by the translation; logprobs if margins are on
+        raw = orjson.dumps(call.margins.body(call.chat.body))
     writer: list[Writer] = []
     began = time.perf_counter()
     async with guard.upstream.stream(path, raw, call.headers) as upstream:
@@ -153,14 +156,14 @@ async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
                        else responses_error_event)
         await out.write(error_event(broken))
         return await out.end()
-    completion = assembler.completion()
+    completion = call.margins.assembled(assembler.completion())
     template = None if isinstance(events, _ChatEvents) else events.skeleton
     call.reasoning = list(events.reasoning)  # echoed by a re-ask of this reply
     first = read_attempt(1, "initial", completion, call.rules, guard.policy.lift_text_calls,
                          time.perf_counter() - began)
     result = await call.ladder(first)
     headers = call.finish(result)
-    message = exhausted_message(result, guard.policy.on_exhausted)
+    message = exhausted_message(result, call.policy.on_exhausted)
     if message is not None and not out.started:
         return dialect_error(call.dialect_spec, 502, message,
                              code="tool_call_repair_exhausted", headers=headers)
@@ -171,7 +174,7 @@ async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
                        else responses_error_event)
         await out.write(error_event(message))
         return await out.end()
-    final = returned_attempt(result, guard.policy.on_exhausted)
+    final = returned_attempt(result, call.policy.on_exhausted)
     outgoing = agent_completion(result, final)
     native_template = template if final is first else final.completion.get(NATIVE_KEY)
     reply = call.dialect_spec.native_of(outgoing, call.request.body, native_template)

@@ -168,8 +168,9 @@ async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
                 message = chunk["error"].get("message") if isinstance(chunk["error"], dict) \
                     else str(chunk["error"])
                 return f"upstream error mid-stream: {message}"
+            call.margins.collect(chunk)
             if assembler.feed(chunk):
-                await out.write(sse(payload))
+                await out.write(sse(call.margins.passed_on(payload, chunk)))
             if assembler.pending_flush is not None:
                 await out.write(text_chunk(assembler.template, assembler.pending_flush))
                 assembler.pending_flush = None
@@ -190,8 +191,8 @@ async def guarded_stream(call: GuardedCall, request: web.Request) -> web.StreamR
     if isinstance(body.get("n"), int) and body["n"] > 1:
         guard.telemetry.fallback("multiple_choices_stream_not_guarded",
                                  request_id=call.request_id)
-        return await byte_stream(guard, request, call.raw, call.headers)
-    out = ClientStream(request)
+        return await byte_stream(guard, request, call.client_raw, call.headers)
+    out = ClientStream(request, headers={**EVENT_STREAM, **call.budget_headers()})
     try:
         async with asyncio.timeout_at(call.deadline):
             return await _guarded(call, out)
@@ -228,7 +229,7 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
             return json_error(502, broken, code="upstream_stream_error")
         await out.write(error_event(broken))
         return await out.end()
-    first = read_attempt(1, "initial", assembler.completion(), call.rules,
+    first = read_attempt(1, "initial", call.margins.assembled(assembler.completion()), call.rules,
                          guard.policy.lift_text_calls, time.perf_counter() - began)
     result = await call.ladder(first)
     call.finish(result)
@@ -236,7 +237,7 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
     if failure is not None:
         await out.write(sse(failure))
         return await out.end()
-    final = returned_attempt(result, guard.policy.on_exhausted)
+    final = returned_attempt(result, call.policy.on_exhausted)
     for body in closing_chunk_bodies(assembler, result, final):
         await out.write(sse(orjson.dumps(body)))
     await out.write(DONE)

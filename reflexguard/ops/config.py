@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -78,7 +79,7 @@ class Settings(BaseSettings):
     # Logit margins (docs/margins.md).
     margins: bool = Field(False, description="ask the upstream for logprobs; measure margins")
     margin_threshold: float = Field(
-        0.5, ge=0, description="a tool name's margin (nats) below this is 'thin'")
+        1.0, ge=0, description="a tool name's margin (nats) below this is 'thin'")
     events: Path | None = Field(None, description="append one JSON line per attempt here")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     model_variant: str = "Q4_K_M"
@@ -123,6 +124,23 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @field_validator("state")
+    @classmethod
+    def _state_url(cls, value: str) -> str:
+        """`memory` or a Redis URL the client can parse; caught here, not at first use."""
+        if value == "memory":
+            return value
+        url = urlsplit(value)
+        if url.scheme in ("redis", "rediss") and url.hostname:
+            url.port  # noqa: B018 -- raises ValueError on a port that is not a number
+            db = url.path.strip("/")
+            if db and not db.isdigit():
+                raise ValueError(f"the Redis database must be a number, not {db!r}")
+            return value
+        if url.scheme == "unix" and url.path:
+            return value
+        raise ValueError("must be 'memory' or a redis://HOST:PORT/DB, rediss:// or unix:// URL")
 
 
 def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> Settings:

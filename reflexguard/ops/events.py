@@ -24,6 +24,11 @@ class CallEvent(TypedDict):
     channel: str
     name: str | None
     detail: str
+    # With `margins: on` (docs/screen.md): logit margins in nats, None where unknown;
+    # thin_margin only when name_margin < margin_threshold.
+    name_margin: NotRequired[float | None]
+    call_margin: NotRequired[float | None]
+    thin_margin: NotRequired[bool]
 
 
 class AttemptEvent(TypedDict):

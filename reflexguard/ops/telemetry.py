@@ -8,27 +8,36 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any, cast
 
 import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client import Counter as PromCounter
+from prometheus_client import values as prometheus_values
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from reflexguard.core.channels import Channel
 from reflexguard.core.ladder import Attempt, Outcome
 from reflexguard.core.limits import clip, safe_label
+from reflexguard.core.margins import CallMargin
 from reflexguard.ops.events import AttemptEvent, CallEvent, FallbackEvent, OutcomeEvent
+from reflexguard.ops.state import SessionState, memory_state
 
 DETAIL_LIMIT = 600  # a violation's detail quotes model output, which may be megabytes
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                    10, 30, 60, 120, 300)
 SESSION_CAPACITY = 10_000
+# Name margins in nats (docs/screen.md): dense below 1, where quantization flips decisions;
+# a negative margin (a sampled runner-up) lands in the first bucket.
+MARGIN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 12, 20)
 MODEL_LABELS = 64  # request-supplied model names must not grow the label set without bound
 
 
@@ -39,6 +48,29 @@ def dumps(record: Any, **_: Any) -> bytes:
         return orjson.dumps(record, default=str)
     except (TypeError, RecursionError):
         return json.dumps(record, ensure_ascii=True, default=repr).encode()
+
+
+def multiprocess_dir() -> str | None:
+    """Where prometheus_client keeps this process's values when workers share them
+    (`serve --workers N`, docs/scaling.md), else None. prometheus_client picks in-memory or
+    file-backed values once, when it is first imported: the directory counts only if it
+    did pick files, or this process's counts would silently be missing from the sum."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path and getattr(prometheus_values.ValueClass, "_multiprocess", False):
+        return path
+    return None
+
+
+def append_line(fd: int, line: bytes) -> None:
+    """One write(2) per line on an O_APPEND descriptor: the kernel then places the whole
+    line at the end of the file, so lines from several processes never interleave. A
+    buffered file object gives no such promise (it may split a line over several writes)."""
+    written = os.write(fd, line)
+    if written < len(line):  # a full disk or a signal mid-write: the rest may now be torn
+        structlog.get_logger("reflexguard").warning(
+            "events_line_split", written=written, length=len(line))
+        while written < len(line):
+            written += os.write(fd, line[written:])
 
 
 def configure_logging(level: str) -> None:
@@ -103,42 +135,64 @@ class Telemetry:
             "reflexguard_added_seconds", "Time spent in reflexguard itself per request",
             buckets=LATENCY_BUCKETS, registry=self.registry,
         )
-        self.sessions = SessionCounts()
+        self.name_margin = Histogram(
+            "reflexguard_tool_name_margin", "Logit margin of each tool call's name, in nats",
+            ["model"], buckets=MARGIN_BUCKETS, registry=self.registry,
+        )
+        self.thin_margins = PromCounter(
+            "reflexguard_thin_margin_calls", "Tool calls whose name margin is below "
+            "margin_threshold", ["model"], registry=self.registry,
+        )
+        # Replaced by the app's own (GuardContext) when it has settings: memory or Redis.
+        self.sessions: SessionState = memory_state()
         self._models: set[str] = set()
         self.log = structlog.get_logger("reflexguard")
-        self._events: IO[bytes] | None = None
+        self._exposed = self.registry
+        shared = multiprocess_dir()
+        if shared is not None:
+            # Workers: every process's values, summed from their files, and only those:
+            # exposing this registry too would count this process twice.
+            self._exposed = CollectorRegistry()
+            MultiProcessCollector(self._exposed, shared)  # type: ignore[no-untyped-call]
+        self._events: int | None = None  # an O_APPEND descriptor, written by append_line
         if events_path is not None:
             events_path.parent.mkdir(parents=True, exist_ok=True)
-            self._events = events_path.open("ab")
+            self._events = os.open(events_path,
+                                   os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     def close(self) -> None:
         if self._events is not None:
-            self._events.close()
+            os.close(self._events)
             self._events = None
 
     def metrics_text(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._exposed)
 
     def _write(self, record: AttemptEvent | OutcomeEvent | FallbackEvent) -> None:
         fields = {k: v for k, v in record.items() if k not in ("event", "ts")}
         self.log.info(record["event"], **fields)
         if self._events is not None:
-            self._events.write(dumps(record) + b"\n")
-            self._events.flush()
+            append_line(self._events, dumps(record) + b"\n")
 
     def attempt(self, attempt: Attempt, request_id: str, session: str | None, model: str,
-                toolset_hash: str, stream: bool, dialect: str = "chat") -> None:
+                toolset_hash: str, stream: bool, dialect: str = "chat",
+                margins: Sequence[CallMargin] = (), margin_threshold: float = 0.0) -> None:
         calls: list[CallEvent] = [
             {"channel": str(v.channel), "name": safe_label(v.name) if v.name else v.name,
              "detail": clip(v.detail, DETAIL_LIMIT)}
             for verdict in attempt.verdicts for v in verdict.calls
         ]
+        if margins and attempt.verdicts:
+            first_choice = calls[:len(attempt.verdicts[0].calls)]
+            self._margins(first_choice, margins, margin_threshold, self._model_label(model))
+        if session and attempt.kind != "initial":
+            self.sessions.tried(request_id)
         if attempt.kind != "fix":
             label = self._model_label(model)
             for call in calls:
                 self.tool_calls.labels(call["channel"], label, dialect).inc()
                 if session and call["channel"] != Channel.OK:
-                    self.sessions.add(session, call["channel"])
+                    self.sessions.saw(request_id, call["channel"])
             self.upstream_seconds.observe(attempt.upstream_seconds)
         for fix in attempt.fixes:
             self.fixes.labels(fix).inc()
@@ -153,6 +207,24 @@ class Telemetry:
             "stream": stream, "dialect": dialect,
         })
 
+    def _margins(self, calls: list[CallEvent], margins: Sequence[CallMargin], threshold: float,
+                 label: str) -> None:
+        """Margins onto the first choice's call events, which lead `calls` in call order;
+        a reply without a call has its call margin on its one reply-level event, if any."""
+        for margin in margins:
+            position = 0 if margin.index < 0 else margin.index
+            if position >= len(calls) or (margin.index < 0 and calls[0]["name"] is not None):
+                continue
+            call = calls[position]
+            call["name_margin"] = margin.name_margin
+            call["call_margin"] = margin.call_margin
+            if margin.name_margin is None:
+                continue
+            self.name_margin.labels(label).observe(margin.name_margin)
+            if margin.name_margin < threshold:
+                call["thin_margin"] = True
+                self.thin_margins.labels(label).inc()
+
     def _model_label(self, model: str) -> str:
         if model in self._models:
             return model
@@ -162,7 +234,10 @@ class Telemetry:
         return "other"
 
     def outcome(self, outcome: Outcome, fallbacks: list[str], request_id: str,
-                session: str | None, dialect: str = "chat") -> None:
+                session: str | None, dialect: str = "chat",
+                environment_errors: int | None = None) -> None:
+        if session:  # one session-state write per request, never waited on
+            self.sessions.finish(request_id, session, outcome, environment_errors)
         if outcome not in ("clean", "observed"):
             self.repairs.labels(outcome, dialect).inc()
         if outcome != "clean":
@@ -174,6 +249,8 @@ class Telemetry:
     def client_gone(self, **fields: Any) -> None:
         """The agent disconnected: one info line, one count, and the work stops."""
         self.fallback("client_disconnected", **fields)
+        if fields.get("session"):
+            self.sessions.abandon(str(fields.get("request_id")), str(fields["session"]))
 
     def fallback(self, kind: str, **fields: Any) -> None:
         """Every fallback is counted and logged: nothing falls back silently."""

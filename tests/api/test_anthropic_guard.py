@@ -94,7 +94,8 @@ def test_exhausted_ladder_raises_with_the_constrained_last_attempt_in_native_for
     client = _client(url, max_repairs=2, on_exhausted="error", constrained_retry="tool_choice")
     with pytest.raises(RepairExhausted, match="unknown_tool") as raised:
         client.messages.create(**messages_body())
-    assert raised.value.result.outcome == "exhausted"
+    # the same call again: a repeat, which goes straight to the constrained attempt
+    assert raised.value.result.outcome == "repeated_failure"
     assert fake.calls == 3
     assert "tool_choice" not in fake.requests[1]
     assert fake.requests[2]["tool_choice"]["type"] in ("tool", "any")

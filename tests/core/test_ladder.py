@@ -8,12 +8,16 @@ from typing import Any
 
 from reflexguard.core.grounding import DEFAULT_PATTERN, collect_sources
 from reflexguard.core.ladder import (
+    WITHHELD_TEXT,
     Attempt,
     GuardPolicy,
     LadderResult,
     UpstreamFailure,
+    agent_completion,
     read_attempt,
+    returned_attempt,
     run_ladder,
+    withholds,
 )
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
@@ -25,6 +29,8 @@ RULES = CallRules(toolset=ToolSetCache().get(TOOLS))
 GOOD = {"order_id": "#W1234567", "detail": "full"}
 VALID = tool_call_completion("get_order_details", GOOD)
 INVALID = tool_call_completion("get_order_detail", GOOD)
+# Invalid too, but not the same call as INVALID: no repeat.
+OTHER = tool_call_completion("get_order_detailz", GOOD)
 
 
 class ListSend:
@@ -90,7 +96,7 @@ async def test_ungrounded_only_violations_are_re_asked_but_never_constrained() -
                                     {"order_id": "#W9999999", "detail": "full"})
     send = ListSend(invented)
     result, _ = await ladder(invented, send, rules, constrained="tool_choice", max_repairs=1)
-    assert result.outcome == "exhausted"
+    assert result.gave_up
     assert "tool_choice" not in send.bodies[0]
     assert "ask the user" in send.bodies[0]["messages"][-1]["content"]
 
@@ -105,24 +111,108 @@ async def test_the_constrained_attempt_is_the_last_rung() -> None:
 
 
 async def test_an_upstream_failure_mid_ladder_keeps_the_last_answer() -> None:
-    send = ListSend(INVALID, UpstreamFailure("down"))
+    send = ListSend(OTHER, UpstreamFailure("down"))
     result, _ = await ladder(INVALID, send, max_repairs=3)
     assert result.outcome == "exhausted"
     assert result.fallbacks == ["repair_upstream_error", "exhausted"]
     assert result.failed_calls == 1 and result.upstream_calls == 3
 
 
-async def test_a_repeated_identical_failure_is_re_asked_until_the_bound() -> None:
-    # Today's behaviour: the bound alone stops a model that repeats itself.
-    send = ListSend(INVALID, INVALID)
-    result, seen = await ladder(INVALID, send, max_repairs=2)
-    assert result.outcome == "exhausted" and len(send.bodies) == 2
-    names = {a.reply.tool_calls[0].name for a in seen}
-    assert names == {"get_order_detail"}
+async def test_a_repeated_identical_failure_stops_the_ladder() -> None:
+    send = ListSend(INVALID, VALID)
+    result, seen = await ladder(INVALID, send, max_repairs=3)
+    assert result.outcome == "repeated_failure" and len(send.bodies) == 1
+    assert result.fallbacks == ["repeated_failure"] and result.gave_up
+    assert [a.kind for a in seen] == ["initial", "reask"]
+
+
+async def test_a_repeat_goes_straight_to_the_constrained_attempt() -> None:
+    send = ListSend(INVALID, VALID)
+    result, seen = await ladder(INVALID, send, max_repairs=4, constrained="tool_choice")
+    assert [a.kind for a in seen] == ["initial", "reask", "constrained"]
+    assert "tool_choice" not in send.bodies[0] and "tool_choice" in send.bodies[1]
+    assert result.outcome == "fixed_by_constrained"
+    assert "repeated_call_constrained" in result.fallbacks
+
+
+async def test_after_a_repeat_the_constrained_attempt_is_the_last() -> None:
+    send = ListSend(INVALID, OTHER, VALID)
+    result, _ = await ladder(INVALID, send, max_repairs=4, constrained="tool_choice")
+    assert len(send.bodies) == 2 and result.outcome == "repeated_failure"
+
+
+async def test_a_repeat_is_the_same_call_with_its_arguments_canonicalised() -> None:
+    reordered = tool_call_completion("get_order_detail", '{"detail": "full",  '
+                                     '"order_id": "#W1234567"}')
+    send = ListSend(reordered, VALID)
+    result, _ = await ladder(INVALID, send, max_repairs=3)
+    assert result.outcome == "repeated_failure" and len(send.bodies) == 1
+
+
+async def test_different_arguments_are_not_a_repeat() -> None:
+    changed = tool_call_completion("get_order_detail", {**GOOD, "detail": "brief"})
+    send = ListSend(changed, VALID)
+    result, _ = await ladder(INVALID, send, max_repairs=3)
+    assert result.outcome == "fixed_by_reask" and len(send.bodies) == 2
+
+
+async def test_unparsable_arguments_repeat_as_raw_text() -> None:
+    broken = tool_call_completion("get_order_details", '{"order_id": "#W1234567"')
+    send = ListSend(broken, VALID)
+    result, _ = await ladder(broken, send, max_repairs=3)
+    assert result.outcome == "repeated_failure" and len(send.bodies) == 1
+
+
+async def test_a_repeat_of_an_invented_id_is_not_constrained() -> None:
+    rules = CallRules(toolset=RULES.toolset,
+                      grounding=collect_sources(chat_body()["messages"], False),
+                      identifier_pattern=re.compile(DEFAULT_PATTERN))
+    invented = tool_call_completion("get_order_details",
+                                    {"order_id": "#W9999999", "detail": "full"})
+    send = ListSend(invented, VALID)
+    result, _ = await ladder(invented, send, rules, constrained="tool_choice", max_repairs=3)
+    assert result.outcome == "repeated_failure" and len(send.bodies) == 1
+
+
+async def test_constrained_from_constrains_every_re_ask_from_that_one() -> None:
+    send = ListSend(OTHER, tool_call_completion("get_order_detaill", GOOD), VALID)
+    _, seen = await ladder(INVALID, send, max_repairs=3, constrained="tool_choice",
+                           constrained_from=2)
+    assert [a.kind for a in seen] == ["initial", "reask", "constrained", "constrained"]
+
+
+async def test_withhold_returns_the_first_text_without_calls() -> None:
+    said = tool_call_completion("get_order_detail", GOOD, content="Let me look.")
+    send = ListSend(said)
+    result, _ = await ladder(said, send, max_repairs=1, on_exhausted="withhold")
+    assert withholds(result, "withhold") and not withholds(result, "passthrough")
+    returned = returned_attempt(result, "withhold")
+    assert returned.reply.tool_calls == () and returned.reply.content == "Let me look."
+    message = agent_completion(result, returned)["choices"][0]
+    assert "tool_calls" not in message["message"] and message["finish_reason"] == "stop"
+
+
+async def test_withhold_without_text_says_a_short_question() -> None:
+    send = ListSend(INVALID)
+    result, _ = await ladder(INVALID, send, max_repairs=1, on_exhausted="withhold")
+    returned = returned_attempt(result, "withhold")
+    assert returned.reply.content == WITHHELD_TEXT and returned.lifted
+
+
+async def test_withhold_leaves_a_valid_answer_alone() -> None:
+    send = ListSend(VALID)
+    result, _ = await ladder(INVALID, send, max_repairs=1, on_exhausted="withhold")
+    assert returned_attempt(result, "withhold") is result.final
+
+
+async def test_original_after_a_repeat_returns_the_first_answer() -> None:
+    send = ListSend(INVALID)
+    result, _ = await ladder(INVALID, send, max_repairs=3)
+    assert returned_attempt(result, "original") is result.attempts[0]
 
 
 async def test_each_re_ask_shows_only_the_latest_failure() -> None:
-    send = ListSend(INVALID, VALID)
+    send = ListSend(OTHER, VALID)
     await ladder(INVALID, send, max_repairs=2)
     base = len(chat_body()["messages"])
     assert [len(b["messages"]) for b in send.bodies] == [base + 2, base + 2]

@@ -93,7 +93,8 @@ async def test_claude_code_session_header_and_on_exhausted_original(fake, proxy)
     upstream, _ = fake
     first = anthropic_call("get_order_detail", GOOD)
     upstream.script = [Scripted(first)]
-    upstream.default = Scripted(anthropic_call("get_order_detail", GOOD, call_id="toolu_2"))
+    # a different invalid call (an identical one would be a repeat and stop the ladder)
+    upstream.default = Scripted(anthropic_call("get_order_detail2", GOOD, call_id="toolu_2"))
     client = await proxy(on_exhausted="original")
     response = await client.post("/v1/messages", json=messages_body(),
                                  headers={"X-Claude-Code-Session-Id": "cc-42"})

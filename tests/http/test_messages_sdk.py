@@ -108,7 +108,8 @@ async def test_exhausted_ladder_is_an_anthropic_error(fake, proxy):
     upstream.default = unknown()
     with pytest.raises(anthropic.APIStatusError) as caught:
         await sdk(await proxy(on_exhausted="error")).messages.create(**messages_body())
-    assert caught.value.status_code == 502 and upstream.calls == 3
+    # the same call again: the repeat stops the ladder (repeated_failure), then as exhausted
+    assert caught.value.status_code == 502 and upstream.calls == 2
     assert caught.value.body["type"] == "error"  # type: ignore[index]
     assert "unknown_tool" in caught.value.body["error"]["message"]  # type: ignore[index]
 
@@ -117,7 +118,8 @@ async def test_exhausted_passthrough_returns_the_last_reply(fake, proxy):
     upstream, _ = fake
     upstream.default = unknown()
     message = await sdk(await proxy()).messages.create(**messages_body())
-    assert upstream.calls == 3 and message.content[-1].name == "get_order_detail"
+    # the same call again: the repeat stops the ladder (repeated_failure), then as exhausted
+    assert upstream.calls == 2 and message.content[-1].name == "get_order_detail"
 
 
 async def test_malformed_input_schema_is_a_400_naming_the_tool(fake, proxy):

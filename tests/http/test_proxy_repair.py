@@ -100,14 +100,17 @@ async def test_no_repair_text_reaches_the_agent(fake, proxy):
 
 async def test_bound_is_never_exceeded_and_passthrough_returns_last_answer(fake, proxy):
     upstream, _ = fake
-    upstream.default = invalid()
+    # A different invalid call each time: an identical one would stop the ladder early
+    # (repeated_failure, tests/http/test_budget_http.py).
+    upstream.default = lambda _: Scripted(tool_call_completion(
+        f"get_order_detail{'x' * upstream.calls}", GOOD))
     client = await proxy(max_repairs=3)
     status, answer, headers = await post(client, chat_body())
     assert status == 200 and upstream.calls == 4
     assert headers["x-reflexguard-attempts"] == "4"
     assert headers["x-reflexguard-violations"] == "4"
     assert answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == (
-        "get_order_detail"
+        "get_order_detailxxxx"
     )
 
 
@@ -301,7 +304,9 @@ async def test_ungrounded_identifiers_are_never_forced_into_a_constrained_call(f
     upstream, _ = fake
     invented = Scripted(tool_call_completion("get_order_details",
                                              {"order_id": "#W0000000", "detail": "full"}))
-    upstream.script = [invented, invented, Scripted(text_completion("What is your order id?"))]
+    again = Scripted(tool_call_completion("get_order_details",  # not identical: no repeat
+                                          {"order_id": "#W0000001", "detail": "full"}))
+    upstream.script = [invented, again, Scripted(text_completion("What is your order id?"))]
     client = await proxy(grounding=True, max_repairs=2, constrained_retry="tool_choice")
     _, answer, _ = await post(client, chat_body())
     assert upstream.calls == 3
