@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 import time
-from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +33,6 @@ DETAIL_LIMIT = 600  # a violation's detail quotes model output, which may be meg
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                    10, 30, 60, 120, 300)
-SESSION_CAPACITY = 10_000
 # Name margins in nats (docs/screen.md): dense below 1, where quantization flips decisions;
 # a negative margin (a sampled runner-up) lands in the first bucket.
 MARGIN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 12, 20)
@@ -86,28 +84,6 @@ def configure_logging(level: str) -> None:
         logger_factory=structlog.BytesLoggerFactory(sys.stderr.buffer),
         cache_logger_on_first_use=True,
     )
-
-
-class SessionCounts:
-    """Violations per agent episode, bounded so that a long-lived proxy cannot grow forever."""
-
-    def __init__(self, capacity: int = SESSION_CAPACITY) -> None:
-        self._capacity = capacity
-        self._sessions: OrderedDict[str, Counter[str]] = OrderedDict()
-
-    def add(self, session: str, channel: str) -> None:
-        counts = self._sessions.get(session)
-        if counts is None:
-            counts = self._sessions[session] = Counter()
-            if len(self._sessions) > self._capacity:
-                self._sessions.popitem(last=False)
-        else:
-            self._sessions.move_to_end(session)
-        counts[channel] += 1
-
-    def get(self, session: str) -> dict[str, int] | None:
-        counts = self._sessions.get(session)
-        return dict(counts) if counts is not None else None
 
 
 class Telemetry:

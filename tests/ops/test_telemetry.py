@@ -8,7 +8,7 @@ from pathlib import Path
 from reflexguard.core.channels import Channel
 from reflexguard.core.ladder import Attempt
 from reflexguard.core.model import CallVerdict, Reply, Verdict
-from reflexguard.ops.telemetry import MODEL_LABELS, SessionCounts, Telemetry
+from reflexguard.ops.telemetry import MODEL_LABELS, Telemetry
 
 
 def attempt(channel: Channel) -> Attempt:
@@ -36,13 +36,6 @@ def test_events_are_flushed_one_line_per_attempt(tmp_path: Path) -> None:
     assert event["calls"] == [{"channel": "unknown_tool", "name": "t", "detail": ""}]
     assert (event["request_id"], event["session"], event["toolset"]) == ("rg-1", "s", "hash")
     telemetry.close()
-
-
-def test_sessions_are_bounded() -> None:
-    sessions = SessionCounts(capacity=3)
-    for name in "abcd":
-        sessions.add(name, "unknown_tool")
-    assert sessions.get("a") is None and sessions.get("d") == {"unknown_tool": 1}
 
 
 def test_attempt_and_outcome_events_carry_the_dialect(tmp_path: Path) -> None:
