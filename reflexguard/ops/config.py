@@ -76,7 +76,7 @@ class Settings(BaseSettings):
         r"^Error:", description="regex: a chat `tool` message that reports a failed call")
     responses_error_pattern: str = Field(
         r"^Error:", description="regex: a Responses function_call_output reporting a failure")
-    # Logit margins (docs/margins.md).
+    # Logit margins (docs/screen.md; the study: docs/margins.md).
     margins: bool = Field(False, description="ask the upstream for logprobs; measure margins")
     margin_threshold: float = Field(
         1.0, ge=0, description="a tool name's margin (nats) below this is 'thin'")
