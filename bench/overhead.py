@@ -1,9 +1,12 @@
 """`python -m bench.overhead`: what reflexguard adds to a valid, non-streamed tool call.
 
-In one run it starts a fast fake upstream, the ~40-line baseline pass-through proxy and
+In one run it starts a fast fake upstream, the ~40-line minimal pass-through proxy and
 reflexguard, each in its own process, and drives each target with an aiohttp load
-client at several concurrencies. Figures are printed, never asserted: the machine is
-shared and noisy, so only ratios measured in the same run mean anything.
+client at several concurrencies, with the 8-tool and the 15-tool request. `--workers 1 2`
+runs reflexguard with 1 and 2 workers against the minimal pass-through with 1 and 2
+processes; `--margins` adds reflexguard with `margins` on. Figures are printed, never
+asserted: the machine is shared and noisy, so only ratios measured in the same run mean
+anything.
 """
 
 from __future__ import annotations
@@ -12,105 +15,105 @@ import argparse
 import asyncio
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-
 from bench.perf.dialect_workload import WORKLOADS
+from bench.perf.load import Point, drive
 from bench.perf.processes import process
-from bench.perf.workload import REQUEST_BYTES, TOOLS
+from bench.perf.workload import REQUEST_BYTES, TOOL_WORKLOADS
 from reflexguard.ops.loopback import free_port
 
-TICKS = os.sysconf("SC_CLK_TCK")
+COPY = "rg-1w@copy"  # reflexguard imported from --against: an A/B in one run
+LISTEN_TIMEOUT = 60.0  # seconds for every worker of a multi-process server to listen
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+@dataclass(frozen=True)
+class Server:
+    name: str  # minimal-2p, rg-1w, rg-1w+margins
+    args: list[str]
+    port: int
+    env: dict[str, str] | None = None
+    processes: int = 1
 
 
-@dataclass
-class Point:
-    latencies: list[float]
-    seconds: float
-    errors: int
-    cpu_ms_per_request: float | None
-
-    def merge(self, other: Point) -> Point:
-        if self.cpu_ms_per_request is None or other.cpu_ms_per_request is None:
-            cpu = None
-        else:
-            n, m = len(self.latencies), len(other.latencies)
-            cpu = (self.cpu_ms_per_request * n + other.cpu_ms_per_request * m) / (n + m)
-        return Point(self.latencies + other.latencies, self.seconds + other.seconds,
-                     self.errors + other.errors, cpu)
-
-    def quantile(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    @property
-    def rps(self) -> float:
-        return len(self.latencies) / self.seconds
+@dataclass(frozen=True)
+class Target:
+    name: str  # a server's name, or direct
+    workload: str  # 8 / 15 (tools), or a dialect
+    url: str
+    server: int | None  # the process whose CPU, with its descendants', is counted
+    body: bytes
 
 
-async def drive(url: str, concurrency: int, requests: int, pid: int | None,
-                body: bytes = REQUEST_BYTES) -> Point:
-    latencies: list[float] = []
-    errors = 0
-    remaining = requests
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    headers = {"Content-Type": "application/json"}
-    async with aiohttp.ClientSession(connector=connector) as session:
-        for _ in range(min(50, requests)):  # warm the pools and the tool-set cache
-            async with session.post(url, data=body, headers=headers) as r:
-                await r.read()
-
-        async def worker() -> None:
-            nonlocal remaining, errors
-            while remaining > 0:
-                remaining -= 1
-                began = time.perf_counter()
-                async with session.post(url, data=body, headers=headers) as response:
-                    await response.read()
-                    if response.status != 200:
-                        errors += 1
-                latencies.append(time.perf_counter() - began)
-
-        cpu_before = cpu_seconds(pid) if pid else 0.0
-        began = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - began
-        cpu = (cpu_seconds(pid) - cpu_before) * 1000 / requests if pid else None
-    return Point(latencies, elapsed, errors, cpu)
+def servers(args: argparse.Namespace, upstream: str, translated: bool) -> list[Server]:
+    out = []
+    for n in args.workers:
+        port = free_port()
+        out.append(Server(f"minimal-{n}p", ["-m", "bench.perf.minimal_proxy", "--upstream",
+                                            upstream, "--port", str(port),
+                                            "--processes", str(n)], port, processes=n))
+    guard = ["-m", "reflexguard", "serve", "--upstream", upstream,
+             *(["--upstream-dialects", "chat"] if translated else [])]
+    for n in args.workers:
+        port = free_port()
+        # `--workers` only when asked for: the flag is issue 11's, and 1 is the default.
+        workers = ["--workers", str(n)] if args.workers != [1] else []
+        out.append(Server(f"rg-{n}w", [*guard, "--port", str(port), *workers], port,
+                          processes=n))
+    if args.against:
+        # PYTHONSAFEPATH: without it `-m` puts the working directory, this tree, first.
+        port = free_port()
+        out.append(Server(COPY, [*guard, "--port", str(port)], port,
+                          {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(args.against)}))
+    if args.margins:
+        # The environment form of `--margins on`: it reaches the setting whether or not
+        # this checkout's CLI has the flag yet.
+        port = free_port()
+        out.append(Server("rg-1w+margins", [*guard, "--port", str(port)], port,
+                          {"REFLEXGUARD_MARGINS": "on"}))
+    return out
 
 
-def validation_micro() -> tuple[float, float]:
-    """Microseconds to validate one valid call, against parsing its arguments alone."""
-    import orjson
+def listeners(port: int) -> int:
+    """Sockets listening on the loopback port: one per worker under SO_REUSEPORT."""
+    suffix = f":{port:04X}"
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        count += fields[1].endswith(suffix) and fields[3] == "0A"  # 0A: LISTEN
+    return count
 
-    from bench.perf.workload import ANSWER
-    from reflexguard.core.completion import reply_of
-    from reflexguard.core.toolset import ToolSetCache
-    from reflexguard.core.validate import validate_reply
-    from reflexguard.dialects.chat_request import GroundingPolicy, read_request
 
-    cache = ToolSetCache()
-    rules = read_request(REQUEST_BYTES, cache, GroundingPolicy()).rules
-    assert rules is not None
-    reply = reply_of(ANSWER["choices"][0])  # type: ignore[index]
-    arguments = reply.tool_calls[0].arguments
-    rounds = 20_000
-    began = time.perf_counter()
-    for _ in range(rounds):
-        validate_reply(reply, rules)
-    validate_us = (time.perf_counter() - began) / rounds * 1e6
-    began = time.perf_counter()
-    for _ in range(rounds):
-        orjson.loads(arguments)
-    parse_us = (time.perf_counter() - began) / rounds * 1e6
-    return validate_us, parse_us
+def wait_listening(port: int, processes: int) -> None:
+    """Until every process listens: connections made before would all land on the first."""
+    deadline = time.monotonic() + LISTEN_TIMEOUT
+    while listeners(port) < processes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fewer than {processes} listeners on port {port}")
+        time.sleep(0.1)
+
+
+def run(targets: list[Target], concurrencies: list[int], requests: int,
+        rounds: int) -> dict[tuple[str, str, int], Point]:
+    results: dict[tuple[str, str, int], Point] = {}
+    per_round = max(1, requests // rounds)
+    for concurrency in concurrencies:
+        for _ in range(rounds):
+            for t in targets:
+                point = asyncio.run(drive(t.url, concurrency, per_round, t.server, t.body))
+                key = (t.name, t.workload, concurrency)
+                earlier = results.get(key)
+                results[key] = earlier.merge(point) if earlier else point
+        for t in targets:
+            point = results[t.name, t.workload, concurrency]
+            cpu = ("-" if point.cpu_ms_per_request is None
+                   else f"{point.cpu_ms_per_request:.3f}")
+            print(f"{t.name:<14} {t.workload:>9} {concurrency:>4} {point.quantile(0.5):>8.2f} "
+                  f"{point.quantile(0.99):>8.2f} {point.rps:>8.0f} {cpu:>10} "
+                  f"{point.errors:>6}", flush=True)
+    return results
 
 
 def main() -> None:
@@ -119,6 +122,18 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
     parser.add_argument("--rounds", type=int, default=5,
                         help="targets alternate in rounds, so drifting machine load hits all")
+    parser.add_argument("--tools", nargs="+", choices=sorted(TOOL_WORKLOADS),
+                        default=sorted(TOOL_WORKLOADS, key=int),
+                        help="the chat request's tool list: 8 tools (~3 KB) or 15 (~12 KB)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1],
+                        help="reflexguard worker counts, each against the minimal "
+                        "pass-through with as many processes (issue 11)")
+    parser.add_argument("--margins", action="store_true",
+                        help="also reflexguard with margins on (logprobs asked upstream)")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help=f"also reflexguard imported from DIR (a directory holding a copy "
+                        f"of an earlier reflexguard/ package), 1 worker, as {COPY!r}: "
+                        "before/after in one run")
     parser.add_argument("--dialect", choices=sorted(WORKLOADS), default="chat",
                         help="the route and wire format measured (issue 10)")
     parser.add_argument("--translated", action="store_true",
@@ -134,66 +149,50 @@ def main() -> None:
 
         measure_doors(args.inprocess, args.litellm, args.requests, args.rounds)
         return
-    route, body, _ = WORKLOADS[args.dialect]
+    args.workers = sorted(set(args.workers))
+    route, dialect_body, _ = WORKLOADS[args.dialect]
     translated = args.translated and args.dialect != "chat"
-    upstream_route = "chat/completions" if translated else route
-    upstream_port, baseline_port, guard_port = free_port(), free_port(), free_port()
+    upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    print(f"reflexguard overhead benchmark: {len(TOOLS)} tools, valid non-streamed "
-          f"tool calls, {args.requests} requests per point, {os.cpu_count()} cores")
+    print(f"reflexguard overhead benchmark: valid non-streamed tool calls, {args.requests} "
+          f"requests per point, {args.rounds} rounds, {os.cpu_count()} cores")
     print("upstream: a fast fake (fixed simulated answer), so every figure is proxy cost")
-    with process(["-m", "bench.perf.fast_upstream", "--port", str(upstream_port)], upstream_port), \
-            process(["-m", "bench.perf.minimal_proxy", "--upstream", upstream, "--port",
-                     str(baseline_port)], baseline_port) as baseline, \
-            process(["-m", "reflexguard", "serve", "--upstream", upstream, "--port",
-                     str(guard_port), *(["--upstream-dialects", "chat"] if translated else [])],
-                    guard_port) as guard:
-        # Translated, direct and baseline carry the chat request the upstream serves: the
-        # ratio then includes the translation both ways.
-        base_route, base_body = (("chat/completions", REQUEST_BYTES) if translated
-                                 else (route, body))
+    print(f"the load client and the fake upstream share the same {os.cpu_count()} cores "
+          "with the servers measured: a second worker's gain is bounded by that")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with ExitStack() as stack:
+        stack.enter_context(process(["-m", "bench.perf.fast_upstream", "--port",
+                                     str(upstream_port)], upstream_port))
+        started = {s.name: (s, stack.enter_context(process(s.args, s.port, s.env)))
+                   for s in servers(args, upstream, translated)}
+        for server, _ in started.values():
+            wait_listening(server.port, server.processes)
+        if args.dialect == "chat":
+            workloads = {w: (route, TOOL_WORKLOADS[w][1], route, TOOL_WORKLOADS[w][1])
+                         for w in args.tools}
+        else:  # translated: direct and minimal carry the chat request the upstream serves
+            base = ("chat/completions", REQUEST_BYTES) if translated else (route, dialect_body)
+            workloads = {args.dialect: (route, dialect_body, *base)}
         print(f"dialect: {args.dialect}{' (translated to chat)' if translated else ''}; "
-              f"upstream route /v1/{upstream_route}")
-        targets = {
-            "direct": (f"{upstream}/{base_route}", None, base_body),
-            "baseline": (f"http://127.0.0.1:{baseline_port}/v1/{base_route}", baseline.pid,
-                         base_body),
-            "reflexguard": (f"http://127.0.0.1:{guard_port}/v1/{route}", guard.pid, body),
-        }
-        print(f"\n{'target':<12} {'c':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
-              f"{'cpu ms/req':>10} {'errors':>6}")
-        results: dict[tuple[str, int], Point] = {}
-        per_round = max(1, args.requests // args.rounds)
-        for concurrency in args.concurrency:
-            for _ in range(args.rounds):
-                for name, (url, pid, payload) in targets.items():
-                    point = asyncio.run(drive(url, concurrency, per_round, pid, payload))
-                    earlier = results.get((name, concurrency))
-                    results[name, concurrency] = earlier.merge(point) if earlier else point
-            for name in targets:
-                point = results[name, concurrency]
-                cpu = f"{point.cpu_ms_per_request:.2f}" if point.cpu_ms_per_request else "-"
-                print(f"{name:<12} {concurrency:>4} {point.quantile(0.5):>8.2f} "
-                      f"{point.quantile(0.99):>8.2f} {point.rps:>8.0f} {cpu:>10} "
-                      f"{point.errors:>6}")
-    print("\nadded over direct (ms) and reflexguard/baseline ratios")
-    print(f"{'c':>4} {'base +p50':>10} {'rg +p50':>9} {'ratio':>6} {'base +p99':>10} "
-          f"{'rg +p99':>9} {'rps ratio':>9}")
-    for concurrency in args.concurrency:
-        direct = results["direct", concurrency]
-        base = results["baseline", concurrency]
-        rg = results["reflexguard", concurrency]
-        base_p50 = base.quantile(0.5) - direct.quantile(0.5)
-        rg_p50 = rg.quantile(0.5) - direct.quantile(0.5)
-        base_p99 = base.quantile(0.99) - direct.quantile(0.99)
-        rg_p99 = rg.quantile(0.99) - direct.quantile(0.99)
-        ratio = rg_p50 / base_p50 if base_p50 > 0 else float("nan")
-        print(f"{concurrency:>4} {base_p50:>10.2f} {rg_p50:>9.2f} {ratio:>6.2f} "
-              f"{base_p99:>10.2f} {rg_p99:>9.2f} {rg.rps / base.rps:>9.2f}")
-    validate_us, parse_us = validation_micro()
-    print(f"\nvalidating one valid call: {validate_us:.1f} us "
-          f"(parsing its arguments alone: {parse_us:.1f} us, "
-          f"ratio {validate_us / parse_us:.1f})")
+              f"request bytes: " + ", ".join(f"{w}: {len(b)}" for w, (_, b, _, _)
+                                             in workloads.items()))
+        targets = []
+        for workload, (rg_route, rg_body, base_route, base_body) in workloads.items():
+            targets.append(Target("direct", workload, f"{upstream}/{base_route}", None,
+                                  base_body))
+            for name, (server, child) in started.items():
+                guard = name.startswith("rg-")
+                path = rg_route if guard else base_route
+                targets.append(Target(name, workload, f"http://127.0.0.1:{server.port}/v1/{path}",
+                                      child.pid, rg_body if guard else base_body))
+        print(f"\n{'target':<14} {'workload':>9} {'c':>4} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'req/s':>8} {'cpu ms/req':>10} {'errors':>6}")
+        results = run(targets, args.concurrency, args.requests, args.rounds)
+    from bench.perf.overhead_report import report
+
+    report(results, list(workloads), args.concurrency, args.workers, args.margins,
+           COPY if args.against else None)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """The baseline: a minimal pass-through proxy, about 40 lines, aiohttp server and client.
 
 reflexguard's overhead is reported as a ratio to what this adds over a direct call, so
-the two use the same server, client and event loop.
+the two use the same server, client and event loop. `--processes N` runs N copies on one
+port (SO_REUSEPORT, a socket each, as `reflexguard serve --workers N` does): the baseline
+for reflexguard's workers (issue 11).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 
 import aiohttp
 from aiohttp import web
@@ -38,10 +41,21 @@ def build(upstream: str) -> web.Application:
     return app
 
 
+def serve(upstream: str, port: int, reuse_port: bool) -> None:
+    web.run_app(build(upstream), host="127.0.0.1", port=port, access_log=None, print=None,
+                reuse_port=reuse_port)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--processes", type=int, default=1)
     args = parser.parse_args()
-    web.run_app(build(args.upstream), host="127.0.0.1", port=args.port, access_log=None,
-                print=None)
+    shared = args.processes > 1
+    # Forked before any event loop exists; they share the process group, so stopping the
+    # benchmark's child (its whole group) stops them all.
+    for _ in range(args.processes - 1):
+        multiprocessing.get_context("fork").Process(
+            target=serve, args=(args.upstream, args.port, True)).start()
+    serve(args.upstream, args.port, shared)

@@ -6,6 +6,7 @@ benchmark is killed.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -19,9 +20,12 @@ READY_TIMEOUT = 30.0
 
 
 @contextmanager
-def process(args: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """`python ARGS` serving on `port`, stopped (its whole group) when the block ends."""
-    child = lifetime.spawn([sys.executable, *args], subprocess.DEVNULL).process
+def process(args: list[str], port: int, env: dict[str, str] | None = None,
+            ) -> Iterator[subprocess.Popen[bytes]]:
+    """`python ARGS` serving on `port`, stopped (its whole group) when the block ends;
+    `env` adds to this process's environment."""
+    child = lifetime.spawn([sys.executable, *args], subprocess.DEVNULL,
+                           {**os.environ, **env} if env else None).process
     try:
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
