@@ -1,8 +1,8 @@
-"""`python -m bench.compare`: tau2-bench episodes through reflexguard, repair on and/or off.
+"""`python -m bench.compare`: tau2-bench episodes through reflexguard: repair off, on, on+budget.
 
 Default: the embedded Qwen2.5-Coder-0.5B at Q4_K_M (reference) and Q2_K (requantized),
-tau2's `mock` domain (all 9 tasks), both arms, one trial, K=10; the report lands in
-runs/NAME. See docs/bench.md.
+tau2's `mock` domain (all 9 tasks), all three arms (off, on, on+budget), one trial, K=10;
+the report lands in runs/NAME. See docs/bench.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
+from bench.records import ARMS, Arm
 from bench.tau2.cells import DOMAINS, load_cells, simulated_cells
 from bench.tau2.limits import EPISODE_TIMEOUT_S, MAX_TOKENS
 from reflexguard.embedded.lifetime import Terminated, sigterm_as_interrupt
@@ -22,11 +23,17 @@ from reflexguard.ops.oneline import OneLineParser
 
 RETAIL_SUBSET = 5
 SIMULATED_CHANNELS = ("unknown_tool", "argument_error")
+# `both` keeps its meaning from before the budget arm existed: off and on, paired.
+REPAIR_CHOICES: dict[str, list[Arm]] = {
+    "off": ["off"], "on": ["on"], "on+budget": ["on+budget"], "both": ["off", "on"],
+    "all": list(ARMS)}
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench.compare", description=__doc__)
-    p.add_argument("--repair", choices=["on", "off", "both"], default="both")
+    p.add_argument("--repair", choices=list(REPAIR_CHOICES), default="all",
+                   help="arms: off, on, on+budget (repair on, budget K known to the proxy), "
+                        "both (off and on) or all (the three; default)")
     p.add_argument("--cells", type=Path, help="cells.yaml (default: the embedded model)")
     p.add_argument("--domains", nargs="+", default=["mock"], choices=DOMAINS)
     p.add_argument("--retail-subset", action="store_true",
@@ -45,6 +52,14 @@ def parser() -> argparse.ArgumentParser:
                         f"(default {EPISODE_TIMEOUT_S:g})")
     p.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
                    help=f"max_tokens of every agent call (default {MAX_TOKENS})")
+    p.add_argument("--model-threads", type=int, default=None, metavar="N",
+                   help="threads of each embedded llama.cpp server (default: every core); "
+                        "1 on a machine busy with other work: llama.cpp's threads "
+                        "spin-wait for each other, which oversubscribed cores punish")
+    p.add_argument("--margins", choices=["on", "off"], default="on",
+                   help="every proxy asks the upstream for logprobs and writes logit margins "
+                        "into its events (default on; costly on llama-cpp-python, "
+                        "docs/bench.md)")
     p.add_argument("--simulated-agent", metavar="ERRORS", default=None,
                    help="TEST ONLY: replay gold actions with these injected errors "
                         "(comma-separated: unknown_tool, argument_error); no model runs")
@@ -60,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     for name, value in (("--tasks", args.tasks), ("--trials", args.trials),
                         ("--max-errors", args.max_errors), ("--concurrency", args.concurrency),
-                        ("--max-tokens", args.max_tokens)):
+                        ("--max-tokens", args.max_tokens),
+                        ("--model-threads", args.model_threads)):
         if value is not None and value < 1:
             _fail(f"{name} must be at least 1")
     if args.episode_timeout < 0:
@@ -86,11 +102,12 @@ def main(argv: list[str] | None = None) -> None:
     domains = list(dict.fromkeys(args.domains + (["retail"] if args.retail_subset else [])))
     out = args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     options = RunOptions(
-        out=out, arms=["off", "on"] if args.repair == "both" else [args.repair],
+        out=out, arms=REPAIR_CHOICES[args.repair],
         domains=domains, tasks=args.tasks, task_ids=args.task_ids, trials=args.trials,
         max_errors=args.max_errors, concurrency=args.concurrency, resume=args.resume,
         domain_tasks={"retail": RETAIL_SUBSET} if args.retail_subset and not args.tasks else {},
         episode_timeout=args.episode_timeout or None, max_tokens=args.max_tokens,
+        model_threads=args.model_threads, margins=args.margins == "on",
     )
     # `kill <pid>` must stop the llama.cpp children too: unwind like Ctrl-C.
     sigterm_as_interrupt()

@@ -10,7 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Arm = Literal["on", "off"]
+Arm = Literal["off", "on", "on+budget"]
+# `on+budget`: repair on, and the agent tells reflexguard its error budget K.
+ARMS: tuple[Arm, ...] = ("off", "on", "on+budget")
 SUCCESS_TOLERANCE = 1e-6  # tau2.metrics.agent_metrics.is_successful
 
 # Where a failed environment call went wrong, as tau2's environment saw it.
@@ -54,6 +56,10 @@ class ProxyRecord(BaseModel):
     repairs_attempted: int = 0
     repairs_succeeded: int = 0
     extra_upstream_calls: int = 0
+    # Every outcome reflexguard recorded for the episode's requests, e.g. "repeated_failure".
+    outcomes: dict[str, int] = Field(default_factory=dict)
+    # The events file these came from, relative to the run folder (for `reflexguard screen`).
+    events_file: str | None = None
 
 
 class EpisodeRecord(BaseModel):
@@ -62,6 +68,7 @@ class EpisodeRecord(BaseModel):
     task_id: str
     trial: int
     seed: int
+    max_errors: int | None = None  # tau2's K for this episode (None: records before it was kept)
     simulated: bool = False  # produced by the test-only simulated agent
     unscored: bool = False  # the task's reward checks nothing the agent did
     termination_reason: str

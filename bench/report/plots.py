@@ -12,18 +12,21 @@ import matplotlib.pyplot as plt
 
 from bench.records import ENV_CHANNELS
 
+# (arm, line style, marker, x shift): equal curves stay visible side by side.
+ARM_STYLES = (("off", "--", "o", -0.12), ("on", "-", "s", 0.0), ("on+budget", ":", "^", 0.12))
+
 
 def success_curves(summary: dict[str, Any], path: Path, tag: str) -> None:
     cells = sorted(summary["success_at_k"])
     fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(4.2 * max(1, len(cells)), 3.6),
                              squeeze=False)
     for ax, cell in zip(axes[0], cells, strict=False):
-        for arm, style, marker, shift in (("off", "--", "o", -0.08), ("on", "-", "s", 0.08)):
+        for arm, style, marker, shift in ARM_STYLES:
             curve = summary["success_at_k"][cell].get(arm)
             if not curve:
                 continue
             ks = sorted(int(k) for k in curve)
-            xs = [k + shift for k in ks]  # equal curves stay visible side by side
+            xs = [k + shift for k in ks]
             rates = [curve[str(k)]["rate"] or 0 for k in ks]
             lows = [curve[str(k)]["low"] or 0 for k in ks]
             highs = [curve[str(k)]["high"] or 0 for k in ks]
@@ -46,7 +49,7 @@ def channel_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(ENV_CHANNELS) + 2), 3.8))
     width = 0.8 / max(1, len(cells))
     for i, cell in enumerate(cells):
-        arm = "off" if "off" in summary["env_channels"][cell] else "on"
+        arm = next(a for a, *_ in ARM_STYLES if a in summary["env_channels"][cell])
         rates = summary["env_channels"][cell][arm]["per_call"]
         xs = [j + i * width for j in range(len(ENV_CHANNELS))]
         ax.bar(xs, [rates.get(c) or 0 for c in ENV_CHANNELS], width,
@@ -86,10 +89,34 @@ def name_scatter(summary: dict[str, Any], path: Path, tag: str) -> None:
     plt.close(fig)
 
 
+def budget_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
+    """Episodes by errors spent, per arm: the distribution behind the mean."""
+    cells = sorted(summary["budget_spent"])
+    fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(4.2 * max(1, len(cells)), 3.6),
+                             squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=False):
+        arms = [a for a, *_ in ARM_STYLES if a in summary["budget_spent"][cell]]
+        top = max((int(e) for a in arms for e in summary["budget_spent"][cell][a]
+                   ["distribution"]), default=0)
+        width = 0.8 / max(1, len(arms))
+        for i, arm in enumerate(arms):
+            counts = summary["budget_spent"][cell][arm]["distribution"]
+            ax.bar([e + (i - (len(arms) - 1) / 2) * width for e in range(top + 1)],
+                   [counts.get(str(e), 0) for e in range(top + 1)], width, label=arm)
+        ax.set_title(cell, fontsize=8)
+        ax.set_xlabel("errors that reached tau2 in the episode")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("episodes")
+    fig.suptitle(f"Budget spent per episode{tag}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def draw_all(summary: dict[str, Any], out: Path) -> list[str]:
     tag = " (SIMULATED agent)" if summary["simulated"] else ""
     files = {"success_vs_k.png": success_curves, "channel_rates.png": channel_bars,
-             "hallucinated_names.png": name_scatter}
+             "hallucinated_names.png": name_scatter, "budget_spent.png": budget_bars}
     for name, draw in files.items():
         draw(summary, out / name, tag)
     return list(files)

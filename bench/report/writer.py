@@ -15,10 +15,11 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from bench.record_store import RecordStore
-from bench.records import ENV_CHANNELS, EpisodeRecord
+from bench.records import ARMS, ENV_CHANNELS, EpisodeRecord
 from bench.report.plots import draw_all
 from bench.stats.summary import REPORT_BUDGETS, summarise
 
+REPEATED = "repeated_failure"
 SMALL_MODEL_NOTE = (
     "The default cells run Qwen2.5-Coder-0.5B-Instruct on a CPU. A 0.5B model can show "
     "the process metrics (which channels err, how often, how a lower bit-width amplifies "
@@ -38,14 +39,105 @@ def _ci(entry: dict[str, Any]) -> str:
     return f"{_pct(entry['rate'])} [{_pct(entry['low'])}, {_pct(entry['high'])}] (n={entry['n']})"
 
 
+def _arms(arms: dict[str, Any]) -> list[str]:
+    """A cell's arms in the bench's order (off, on, on+budget), not alphabetical."""
+    return [arm for arm in ARMS if arm in arms]
+
+
+def _short(entry: dict[str, Any]) -> str:
+    if entry["rate"] is None:
+        return "–"
+    return f"{_pct(entry['rate'])} [{_pct(entry['low'])}, {_pct(entry['high'])}]"
+
+
+def _budgets(summary: dict[str, Any]) -> list[int]:
+    return list(range(1, int(summary.get("max_errors", max(REPORT_BUDGETS))) + 1))
+
+
 def _success_table(summary: dict[str, Any]) -> list[str]:
-    head = "| cell | repair | " + " | ".join(f"K={k}" for k in REPORT_BUDGETS) + " |"
-    lines = [head, "|" + "---|" * (2 + len(REPORT_BUDGETS))]
+    budgets = _budgets(summary)
+    head = "| cell | repair | n | " + " | ".join(f"K={k}" for k in budgets) + " |"
+    lines = [head, "|" + "---|" * (3 + len(budgets))]
     for cell, arms in sorted(summary["success_at_k"].items()):
-        for arm, curve in sorted(arms.items()):
-            cells = [_ci(curve[str(k)]) if str(k) in curve else "–" for k in REPORT_BUDGETS]
-            lines.append(f"| {cell} | {arm} | " + " | ".join(cells) + " |")
+        for arm in _arms(arms):
+            curve = arms[arm]
+            n = curve[str(budgets[0])]["n"]
+            cells = [_short(curve[str(k)]) if str(k) in curve else "–" for k in budgets]
+            lines.append(f"| {cell} | {arm} | {n} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _budget_table(summary: dict[str, Any]) -> list[str]:
+    lines = ["| cell | repair | episodes | mean spent [95% CI] | median | distribution "
+             "(errors: episodes) | spent all K | reached ≤2 left |",
+             "|---|---|---|---|---|---|---|---|"]
+    for cell, arms in sorted(summary["budget_spent"].items()):
+        for arm in _arms(arms):
+            spent = arms[arm]
+            mean = "–" if spent["mean"] is None else (
+                f"{spent['mean']:.2f} [{spent['low']:.2f}, {spent['high']:.2f}]")
+            distribution = ", ".join(f"{e}: {c}" for e, c in spent["distribution"].items())
+            lines.append(f"| {cell} | {arm} | {spent['n']} | {mean} | {spent['median']} | "
+                         f"{distribution or '–'} | {spent['exhausted']} | "
+                         f"{spent['low_budget_episodes']} |")
+    return lines
+
+
+def _spend_table(summary: dict[str, Any]) -> list[str]:
+    rows = [(cell, label, effect) for cell, labels in sorted(summary["spend_difference"].items())
+            for label, effect in labels.items()]
+    if not rows:
+        return ["No two arms ran on the same tasks.", ""]
+    lines = ["| cell | arms | mean difference in errors spent [95% CI] | pairs |",
+             "|---|---|---|---|"]
+    for cell, label, effect in rows:
+        lines.append(f"| {cell} | {label} | {effect['difference']:+.2f} "
+                     f"[{effect['low']:+.2f}, {effect['high']:+.2f}] | {effect['pairs']} |")
+    return lines + [""]
+
+
+def _effects_table(summary: dict[str, Any]) -> list[str]:
+    budgets = _budgets(summary)
+    rows = [(cell, label, curve) for cell, labels in sorted(summary["arm_effects"].items())
+            for label, curve in labels.items()]
+    if not rows:
+        return ["No two arms ran on the same tasks.", ""]
+    lines = ["| cell | arms | pairs | " + " | ".join(f"K={k}" for k in budgets) + " |",
+             "|" + "---|" * (3 + len(budgets))]
+    for cell, label, curve in rows:
+        pairs = next(iter(curve.values()))["pairs"] if curve else 0
+        values = [f"{_pct(curve[str(k)]['difference'])} [{_pct(curve[str(k)]['low'])}, "
+                  f"{_pct(curve[str(k)]['high'])}]" if str(k) in curve else "–"
+                  for k in budgets]
+        lines.append(f"| {cell} | {label} | {pairs} | " + " | ".join(values) + " |")
+    return lines + [""]
+
+
+def _outcome_table(summary: dict[str, Any]) -> list[str]:
+    outcomes = sorted({o for arms in summary["outcomes"].values() for counts in arms.values()
+                       for o in counts})
+    if not outcomes:
+        return ["No reflexguard outcomes: no model ran behind the proxy.", ""]
+    lines = ["| cell | repair | " + " | ".join(outcomes) + " |",
+             "|" + "---|" * (2 + len(outcomes))]
+    for cell, arms in sorted(summary["outcomes"].items()):
+        for arm in _arms(arms):
+            lines.append(f"| {cell} | {arm} | "
+                         + " | ".join(str(arms[arm].get(o, 0)) for o in outcomes) + " |")
+    if REPEATED not in outcomes:
+        lines += ["", f"No `{REPEATED}` outcome was recorded in this run."]
+    return lines + [""]
+
+
+def _events_files(summary: dict[str, Any]) -> list[str]:
+    files = [(cell, arm, path) for cell, arms in sorted(summary["events_files"].items())
+             for arm in _arms(arms) for path in arms[arm]]
+    if not files:
+        return ["No events files: no proxy ran (simulated agent).", ""]
+    lines = ["reflexguard's events per cell and arm, relative to this folder (margins are "
+             "in them when the proxy measured them; `reflexguard screen` reads them):", ""]
+    lines += [f"- {cell}, {arm}: `{path}`" for cell, arm, path in files]
+    return lines + [""]
 
 
 def _channel_table(table: dict[str, Any], channels: tuple[str, ...]) -> list[str]:
@@ -74,13 +166,14 @@ def _termination_table(termination: dict[str, Any]) -> list[str]:
 
 def _verdicts(summary: dict[str, Any]) -> list[str]:
     lines = []
+    top = _budgets(summary)[-1]
+    low = min(2, top)
     for cell in sorted(summary["success_at_k"]):
         arms = summary["success_at_k"][cell]
         parts = []
-        for arm in ("off", "on"):
-            if arm in arms:
-                parts.append(f"with repair {arm}, success is {_pct(arms[arm]['10']['rate'])} at "
-                             f"K=10 and {_pct(arms[arm]['2']['rate'])} at K=2")
+        for arm in _arms(arms):
+            parts.append(f"with repair {arm}, success is {_pct(arms[arm][str(top)]['rate'])} "
+                         f"at K={top} and {_pct(arms[arm][str(low)]['rate'])} at K={low}")
         text = f"**{cell}.** " + "; ".join(parts) + "."
         if cell in summary["damaged"]:
             significant = [t for t in summary["damage_tests"]
@@ -94,15 +187,18 @@ def _verdicts(summary: dict[str, Any]) -> list[str]:
                          "against its reference after Holm correction.")
         else:
             text += " Reference precision."
-        effect = summary["repair_effect"].get(cell, {}).get("2")
-        if effect:
-            text += (f" Repair changed success at K=2 by {_pct(effect['difference'])} "
-                     f"[{_pct(effect['low'])}, {_pct(effect['high'])}] over "
-                     f"{effect['pairs']} paired episodes.")
-        repairs = summary["repairs"][cell].get("on")
-        if repairs and repairs["attempted"]:
-            text += (f" reflexguard repaired {repairs['succeeded']} of {repairs['attempted']} "
-                     f"invalid replies ({repairs['extra_upstream_calls']} extra calls).")
+        for label, curve in summary["arm_effects"].get(cell, {}).items():
+            effect = curve.get(str(low))
+            if effect:
+                text += (f" {label}: success at K={low} changed by "
+                         f"{_pct(effect['difference'])} [{_pct(effect['low'])}, "
+                         f"{_pct(effect['high'])}] over {effect['pairs']} paired episodes.")
+        for arm in ("on", "on+budget"):
+            repairs = summary["repairs"][cell].get(arm)
+            if repairs and repairs["attempted"]:
+                text += (f" reflexguard ({arm}) repaired {repairs['succeeded']} of "
+                         f"{repairs['attempted']} invalid replies "
+                         f"({repairs['extra_upstream_calls']} extra calls).")
         lines += [text, ""]
     return lines
 
@@ -122,11 +218,25 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     if not simulated:
         lines += [SMALL_MODEL_NOTE, ""]
     lines += ["## Verdicts", ""] + _verdicts(summary)
+    top = _budgets(summary)[-1]
     lines += ["## Success at every error budget", "",
-              "Recomputed exactly from one run at K=10: reward 1 and fewer than K error tool "
-              "messages. Wilson 95% intervals. Infrastructure errors and episode timeouts count "
-              "as failures.", ""]
+              f"Recomputed exactly from one run at K={top}: reward 1 and fewer than K error "
+              "tool messages. Wilson 95% intervals; n = scored episodes. Infrastructure errors "
+              "and episode timeouts count as failures. `on+budget` = repair on, and the agent "
+              f"sends its budget (`x-reflexguard-error-budget: {top}`) on every request.", ""]
     lines += _success_table(summary) + [""]
+    lines += ["## Budget spent per episode", "",
+              "Error tool messages that reached tau2 per episode (every episode, unscored ones "
+              "too): mean with a bootstrap 95% CI, median, how many episodes spent how many, "
+              "how many tau2 ended for spending all K (`too_many_errors`), and how many "
+              "took an agent turn with 2 or fewer errors left (the only turns where "
+              "`on+budget`'s policy differs from `on`'s).", ""]
+    lines += _budget_table(summary) + [""]
+    lines += ["Paired by task and trial (bootstrap 95% CI; negative = the first arm spent "
+              "less):", ""] + _spend_table(summary)
+    lines += ["## reflexguard outcomes per arm", "",
+              "One outcome per guarded request, from the events files; `repeated_failure` is "
+              "a re-ask that returned the same invalid call.", ""] + _outcome_table(summary)
     lines += ["## Errors that reached the environment", "",
               "Per tool call (count; share of episodes with at least one). malformed_args "
               "never reaches tau2's environment: it crashes the episode, counted here once.",
@@ -159,14 +269,11 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
             repairs = summary["repairs"][cell][arm]
             lines.append(f"| {cell} | {arm} | {_ci(rate)} | {repairs['attempted']} | "
                          f"{repairs['succeeded']} | {repairs['extra_upstream_calls']} |")
-    lines += ["", "## Repair effect (on − off, paired by task and trial, bootstrap 95% CI)", "",
-              "| cell | K=1 | K=2 | K=5 | K=10 |", "|---|---|---|---|---|"]
-    for cell, effects in sorted(summary["repair_effect"].items()):
-        row = [f"{_pct(effects[k]['difference'])} [{_pct(effects[k]['low'])}, "
-               f"{_pct(effects[k]['high'])}]" if k in effects else "–"
-               for k in ("1", "2", "5", "10")]
-        lines.append(f"| {cell} | " + " | ".join(row) + " |")
-    lines += ["", "## Termination reasons", "",
+    lines += ["", "## Arm effects (paired by task and trial, bootstrap 95% CI)", "",
+              "Success of the first arm minus the second at every K.", ""]
+    lines += _effects_table(summary)
+    lines += ["## Events files", ""] + _events_files(summary)
+    lines += ["## Termination reasons", "",
               "`infrastructure_error` (a crash) and `episode_timeout` (the wall-clock limit, "
               "`--episode-timeout`) are failures whatever the partial trajectory did.", ""]
     lines += _termination_table(summary["termination"])
@@ -178,11 +285,23 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     return "\n".join(lines)
 
 
-def build_report(out: Path, max_errors: int = 10) -> dict[str, Any]:
+def run_budget(records: list[EpisodeRecord], asked: int | None) -> int:
+    """The K to report up to: the run's own, which success above cannot be recomputed at."""
+    recorded = {r.max_errors for r in records if r.max_errors is not None}
+    ceiling = min(recorded) if recorded else None
+    if asked is None:
+        return ceiling or 10
+    if ceiling is not None and asked > ceiling:
+        raise ValueError(f"the episodes ran at K={ceiling}: success at K={asked} cannot be "
+                         "recomputed from them")
+    return asked
+
+
+def build_report(out: Path, max_errors: int | None = None) -> dict[str, Any]:
     records: list[EpisodeRecord] = RecordStore(out / "episodes.jsonl").load()
     if not records:
         raise FileNotFoundError(f"no episodes in {out / 'episodes.jsonl'}")
-    summary = summarise(records, max_errors)
+    summary = summarise(records, run_budget(records, max_errors))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plots = draw_all(summary, out)
     markdown = render(summary, plots)
@@ -207,7 +326,8 @@ def to_html(markdown: str, simulated: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("run", type=Path, help="the run folder, e.g. runs/default")
-    parser.add_argument("--max-errors", type=int, default=10)
+    parser.add_argument("--max-errors", type=int, default=None,
+                        help="report up to this K (default: the K the episodes ran at)")
     args = parser.parse_args()
     try:
         build_report(args.run, args.max_errors)

@@ -239,17 +239,86 @@ class PairedEffect:
     pairs: int
 
 
-def repair_effect(on: Sequence[EpisodeRecord], off: Sequence[EpisodeRecord], budget: int,
-                  resamples: int = 2000, seed: int = 0) -> PairedEffect | None:
-    """Success(on) - success(off) at one budget, paired by task and trial, bootstrap CI."""
-    off_by_key = {(r.task_id, r.trial): r for r in off if not r.unscored}
-    diffs = [float(succeeds_at(r, budget)) - float(succeeds_at(off_by_key[r.task_id, r.trial],
-                                                                 budget))
-             for r in on if not r.unscored and (r.task_id, r.trial) in off_by_key]
-    if not diffs:
+def bootstrap_mean(values_in: Sequence[float], resamples: int = 2000,
+                   seed: int = 0) -> PairedEffect | None:
+    """The mean with a percentile bootstrap 95% CI (of paired differences, or of counts)."""
+    if not values_in:
         return None
-    values = np.asarray(diffs)
+    values = np.asarray(values_in, dtype=float)
     rng = np.random.default_rng(seed)
     means = rng.choice(values, size=(resamples, len(values)), replace=True).mean(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])
     return PairedEffect(float(values.mean()), float(low), float(high), len(values))
+
+
+def repair_effect(on: Sequence[EpisodeRecord], off: Sequence[EpisodeRecord], budget: int,
+                  resamples: int = 2000, seed: int = 0) -> PairedEffect | None:
+    """Success(on) - success(off) at one budget, paired by task and trial, bootstrap CI.
+
+    Any two arms compare this way: `on` is the treated arm, `off` the baseline.
+    """
+    off_by_key = {(r.task_id, r.trial): r for r in off if not r.unscored}
+    diffs = [float(succeeds_at(r, budget)) - float(succeeds_at(off_by_key[r.task_id, r.trial],
+                                                                 budget))
+             for r in on if not r.unscored and (r.task_id, r.trial) in off_by_key]
+    return bootstrap_mean(diffs, resamples, seed)
+
+
+@dataclass(frozen=True)
+class BudgetSpent:
+    """Errors that reached tau2 per episode: what each episode spent of its budget K."""
+
+    n: int
+    mean: float
+    low: float  # bootstrap 95% CI of the mean
+    high: float
+    median: float
+    distribution: dict[int, int]  # errors spent -> episodes
+    exhausted: int  # episodes ended by tau2 for spending all K (too_many_errors)
+
+
+EXHAUSTED = "too_many_errors"  # tau2's TerminationReason.TOO_MANY_ERRORS
+
+
+def budget_spent(records: Sequence[EpisodeRecord], budget: int | None = None,
+                 resamples: int = 2000, seed: int = 0) -> BudgetSpent:
+    """Every episode counts, unscored ones too: spending is a process measure, not a score.
+
+    With `budget` K' below the run's K, what the same episodes would have spent at K'
+    (exact, like success at K'): tau2 stops an episode at its K'-th error.
+    """
+    spent = [r.error_count if budget is None else min(r.error_count, budget) for r in records]
+    mean = bootstrap_mean([float(e) for e in spent], resamples, seed)
+    if mean is None:
+        return BudgetSpent(0, float("nan"), float("nan"), float("nan"), float("nan"), {}, 0)
+    exhausted = sum(r.termination_reason == EXHAUSTED if budget is None
+                    else r.error_count >= budget for r in records)
+    return BudgetSpent(len(spent), mean.difference, mean.low, mean.high,
+                       float(np.median(spent)), dict(sorted(Counter(spent).items())), exhausted)
+
+
+LOW_LEFT = 2  # reflexguard.core.budget.LOW: where the budget-aware ladder escalates
+
+
+def low_budget_turns(record: EpisodeRecord, budget: int, low: int = LOW_LEFT) -> int:
+    """Agent turns taken with `low` or fewer errors left of `budget`: the only turns where
+    knowing K changes reflexguard's policy (docs/repair.md)."""
+    return sum(1 for turn in range(record.agent_turns)
+               if budget - sum(1 for c in record.calls if c.error and c.turn < turn) <= low)
+
+
+def spend_difference(treated: Sequence[EpisodeRecord], baseline: Sequence[EpisodeRecord],
+                     resamples: int = 2000, seed: int = 0) -> PairedEffect | None:
+    """Errors spent (treated - baseline), paired by task and trial, bootstrap CI."""
+    base = {(r.task_id, r.trial): r.error_count for r in baseline}
+    diffs = [float(r.error_count - base[r.task_id, r.trial]) for r in treated
+             if (r.task_id, r.trial) in base]
+    return bootstrap_mean(diffs, resamples, seed)
+
+
+def outcome_counts(records: Sequence[EpisodeRecord]) -> dict[str, int]:
+    """reflexguard's outcomes over the episodes' requests (e.g. `repeated_failure`)."""
+    counts: Counter[str] = Counter()
+    for record in records:
+        counts.update(record.proxy.outcomes)
+    return dict(sorted(counts.items()))

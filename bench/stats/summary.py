@@ -6,11 +6,13 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from bench.records import ENV_CHANNELS, EpisodeRecord
+from bench.records import ARMS, ENV_CHANNELS, EpisodeRecord
 from bench.stats import analysis
 from reflexguard.core.channels import ERROR_CHANNELS
 
 REPORT_BUDGETS = (1, 2, 3, 5, 10)
+# Paired comparisons (treated, baseline): what repair adds, what the budget adds to repair.
+ARM_COMPARISONS = (("on", "off"), ("on+budget", "off"), ("on+budget", "on"))
 
 
 def _finite(value: float | None) -> float | str | None:
@@ -50,6 +52,10 @@ def summarise(records: list[EpisodeRecord], max_errors: int) -> dict[str, Any]:
         "success_at_k": defaultdict(dict), "env_channels": defaultdict(dict),
         "model_channels": defaultdict(dict), "recovery": defaultdict(dict),
         "repairs": defaultdict(dict), "termination": defaultdict(dict),
+        "max_errors": max_errors,
+        "arms": [arm for arm in ARMS if any(r.arm == arm for r in records)],
+        "budget_spent": defaultdict(dict), "outcomes": defaultdict(dict),
+        "events_files": defaultdict(dict),
     }
     for (cell, arm), group in sorted(groups.items()):
         curve = analysis.success_curve(group, max_errors)
@@ -67,6 +73,16 @@ def summarise(records: list[EpisodeRecord], max_errors: int) -> dict[str, Any]:
         for record in group:
             reasons[record.termination_reason] += 1
         summary["termination"][cell][arm] = dict(reasons)
+        spent = analysis.budget_spent(group)
+        summary["budget_spent"][cell][arm] = {
+            "n": spent.n, "mean": _finite(spent.mean), "low": _finite(spent.low),
+            "high": _finite(spent.high), "median": _finite(spent.median),
+            "distribution": spent.distribution, "exhausted": spent.exhausted,
+            "low_budget_episodes": sum(
+                analysis.low_budget_turns(r, r.max_errors or max_errors) > 0 for r in group)}
+        summary["outcomes"][cell][arm] = analysis.outcome_counts(group)
+        summary["events_files"][cell][arm] = sorted(
+            {r.proxy.events_file for r in group if r.proxy.events_file})
     summary.update(_comparisons(records, groups, cells, max_errors))
     plain: dict[str, Any] = _plain(summary)
     return plain
@@ -102,21 +118,37 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
     tests = analysis.damage_tests(pairs) if pairs else []
     damaged = {key: any(t.significant for t in tests if t.cell == key) for key in pairs}
     effects: dict[str, Any] = defaultdict(dict)
+    arm_effects: dict[str, Any] = defaultdict(dict)
+    spend: dict[str, Any] = defaultdict(dict)
     for key in cells:
-        if (key, "on") in groups and (key, "off") in groups:
+        for treated, baseline in ARM_COMPARISONS:
+            if (key, treated) not in groups or (key, baseline) not in groups:
+                continue
+            label = f"{treated} − {baseline}"
+            curve = {}
             for k in range(1, max_errors + 1):
-                effect = analysis.repair_effect(groups[key, "on"], groups[key, "off"], k)
+                effect = analysis.repair_effect(groups[key, treated], groups[key, baseline], k)
                 if effect is not None:
-                    effects[key][k] = {"difference": _finite(effect.difference),
-                                       "low": _finite(effect.low), "high": _finite(effect.high),
-                                       "pairs": effect.pairs}
+                    curve[k] = _effect(effect)
+            arm_effects[key][label] = curve
+            if (treated, baseline) == ("on", "off"):
+                effects[key] = curve
+            difference = analysis.spend_difference(groups[key, treated], groups[key, baseline])
+            if difference is not None:
+                spend[key][label] = _effect(difference)
     return {
         "amplification": amplification, "hallucinated_names": names,
         "damage_tests": [{"cell": t.cell, "channel": t.channel, "ratio": _finite(t.ratio),
                           "p_value": _finite(t.p_value), "holm_p": _finite(t.adjusted),
                           "significant": t.significant} for t in tests],
-        "damaged": damaged, "repair_effect": effects,
+        "damaged": damaged, "repair_effect": effects, "arm_effects": arm_effects,
+        "spend_difference": spend,
     }
+
+
+def _effect(effect: analysis.PairedEffect) -> dict[str, Any]:
+    return {"difference": _finite(effect.difference), "low": _finite(effect.low),
+            "high": _finite(effect.high), "pairs": effect.pairs}
 
 
 def _plain(value: Any) -> Any:

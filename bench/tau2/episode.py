@@ -166,6 +166,7 @@ def tool_calls_of(messages: list[Any], user_tool_names: frozenset[str]) -> tuple
 def proxy_record(events: list[Event]) -> ProxyRecord:
     first: Counter[str] = Counter()
     names: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
     extra = attempted = succeeded = 0
     for event in events:
         if event["event"] == "attempt":
@@ -176,12 +177,14 @@ def proxy_record(events: list[Event]) -> ProxyRecord:
                         names[call["name"]] += 1
             elif event["kind"] in ("reask", "constrained"):
                 extra += 1
-        elif event["event"] == "outcome" and event["outcome"] != "observed":
-            attempted += 1
-            succeeded += event["outcome"] in REPAIRED
+        elif event["event"] == "outcome":
+            outcomes[event["outcome"]] += 1
+            if event["outcome"] != "observed":
+                attempted += 1
+                succeeded += event["outcome"] in REPAIRED
     return ProxyRecord(first_attempt_channels=dict(first), unknown_tool_names=dict(names),
                        repairs_attempted=attempted, repairs_succeeded=succeeded,
-                       extra_upstream_calls=extra)
+                       extra_upstream_calls=extra, outcomes=dict(outcomes))
 
 
 def run_episode(spec: EpisodeSpec,
@@ -226,6 +229,7 @@ def run_episode(spec: EpisodeSpec,
         tau2_result["simulation"] = simulation.model_dump(mode="json")
     return EpisodeRecord(
         cell=spec.cell, arm=spec.arm, task_id=spec.task.id, trial=spec.trial, seed=spec.seed,
+        max_errors=spec.max_errors,
         simulated=spec.agent == "simulated", unscored=is_unscored(spec.task),
         termination_reason=termination, reward=reward,
         infrastructure_error=infrastructure_error, agent_turns=turns, calls=calls,

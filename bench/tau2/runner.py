@@ -7,15 +7,16 @@ with `--resume`; every finished episode is appended immediately.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from tau2.agent.llm_agent import LLMSoloAgent
 from tau2.data_model.tasks import Task
 from tau2.run import load_tasks
@@ -27,9 +28,11 @@ from bench.tau2.cells import CellsConfig, Precision
 from bench.tau2.episode import EpisodeSpec, UserKind, run_episode
 from bench.tau2.limits import CALL_TIMEOUT_S, EPISODE_TIMEOUT_S, MAX_TOKENS
 from bench.tau2.proxy_host import ProxyHost
+from reflexguard.core.budget import BUDGET_HEADER
 from reflexguard.ops.config import Settings
 from reflexguard.ops.events import Event, read_event
 
+LOG = logging.getLogger("bench")
 TASK_SETS = {"mock": "mock", "retail": "retail", "telecom": "telecom", "airline": "airline"}
 
 
@@ -52,6 +55,8 @@ class RunOptions:
     domain_tasks: dict[str, int] = field(default_factory=dict)  # per-domain task caps
     episode_timeout: float | None = EPISODE_TIMEOUT_S  # None: no wall-clock limit
     max_tokens: int = MAX_TOKENS
+    model_threads: int | None = None  # embedded llama.cpp threads; None: every core
+    margins: bool = True  # every proxy asks for logprobs and writes margins into its events
 
 
 def select_tasks(domain: str, count: int | None, ids: list[str] | None) -> list[Task]:
@@ -68,7 +73,8 @@ def select_tasks(domain: str, count: int | None, ids: list[str] | None) -> list[
 
 
 @contextlib.contextmanager
-def upstream_for(precision: Precision) -> Iterator[tuple[str, str, str | None]]:
+def upstream_for(precision: Precision, threads: int | None = None) -> Iterator[
+        tuple[str, str, str | None]]:
     """(base URL, model id, api key) of a precision's model server, running."""
     if precision.endpoint is not None:
         yield precision.endpoint.base_url, precision.endpoint.model, precision.endpoint.api_key
@@ -76,7 +82,7 @@ def upstream_for(precision: Precision) -> Iterator[tuple[str, str, str | None]]:
     from reflexguard.embedded.child import model_server
 
     assert precision.embedded is not None
-    with model_server(precision.embedded, n_ctx=precision.n_ctx) as server:
+    with model_server(precision.embedded, n_ctx=precision.n_ctx, threads=threads) as server:
         yield server.base_url, f"embedded-{precision.embedded}", None
 
 
@@ -87,9 +93,15 @@ class EventsReader:
     run does not re-read the whole file per episode. Episodes may run in threads.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, run_dir: Path | None = None,
+                 skip_existing: bool = False) -> None:
         self.path = path
-        self._offset = 0
+        # Recorded with each episode, relative to the run folder so the folder can move.
+        self.relative = str(path.relative_to(run_dir)) if run_dir else str(path)
+        self.skipped = 0  # lines that are not events this reader knows (a newer writer)
+        # On --resume the file already holds the events of an interrupted episode whose
+        # session id the rerun reuses: they belong to no record of this run.
+        self._offset = path.stat().st_size if skip_existing and path.exists() else 0
         self._by_session: dict[str, list[Event]] = defaultdict(list)
         self._lock = threading.Lock()
 
@@ -102,9 +114,50 @@ class EventsReader:
                 complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
                 self._offset += len(complete)
                 for line in complete.splitlines():
-                    event = read_event(line)
+                    try:
+                        event = read_event(line)
+                    except ValidationError:
+                        # Another part of reflexguard may write event kinds this bench
+                        # predates; losing one line must not stop a 20-minute run.
+                        self.skipped += 1
+                        continue
                     self._by_session[str(event.get("session"))].append(event)
             return list(self._by_session.get(session, []))
+
+
+def agent_headers(spec: EpisodeSpec) -> dict[str, str]:
+    """What the agent sends reflexguard: its session and, in the budget arm, its K.
+
+    The budget travels as a header, as a production agent would send it, so the `on` and
+    `on+budget` proxies are configured identically (docs/bench.md, "How the budget arm
+    knows K").
+    """
+    headers = {"x-reflexguard-session": spec.session}
+    if spec.arm == "on+budget":
+        headers[BUDGET_HEADER] = str(spec.max_errors)
+    return headers
+
+
+def events_path(out: Path, cell: Cell, arm: Arm) -> Path:
+    """One events file per cell and arm, inside the run folder."""
+    return out / "events" / f"{cell.key.replace('/', '_')}-{arm}.jsonl"
+
+
+def proxy_settings(config: CellsConfig, precision: Precision, cell: Cell, arm: Arm,
+                   base_url: str, api_key: str | None, events: Path,
+                   margins: bool = True) -> Settings:
+    """The reflexguard serving one cell and arm. Margins are measured in every arm or none:
+    they cost the upstream time, and time decides episode timeouts."""
+    return Settings(
+        upstream=base_url,
+        upstream_api_key=SecretStr(api_key) if api_key else None,
+        repair=arm != "off",
+        max_repairs=config.max_repairs,
+        tool_call_format=precision.tool_call_format,
+        constrained_retry=precision.constrained_retry,
+        grounding=cell.domain in config.grounding_domains,
+        margins=margins,
+        events=events, log_level="warning")
 
 
 def _user_kind(domain: str, config: CellsConfig) -> UserKind:
@@ -145,19 +198,21 @@ def _specs(config: CellsConfig, precision: Precision, cell: Cell, arm: Arm, opti
                                "temperature": 0} if user_endpoint else {},
                 timeout=options.episode_timeout,
             )
-            spec.llm_args = {**llm_args, "extra_headers": {"x-reflexguard-session":
-                                                           spec.session}}
+            spec.llm_args = {**llm_args, "extra_headers": agent_headers(spec)}
             specs.append(spec)
     return specs
 
 
 def _run_specs(specs: list[EpisodeSpec], options: RunOptions, done: set[tuple[Any, ...]],
                store: RecordStore, progress: Progress,
-               events_for: Callable[[str], list[Event]] | None) -> None:
+               events_for: EventsReader | None) -> None:
     todo = [s for s in specs if (s.cell.key, s.arm, s.task.id, s.trial) not in done]
 
     def one(spec: EpisodeSpec) -> EpisodeRecord:
-        return run_episode(spec, events_for)
+        record = run_episode(spec, events_for)
+        if events_for is not None:
+            record.proxy.events_file = events_for.relative
+        return record
 
     pool = ThreadPoolExecutor(max_workers=options.concurrency)
     try:
@@ -189,7 +244,6 @@ def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
         raise BenchError(f"{store.path} exists: pass --resume to continue it, or a new --out")
     done = {r.key for r in existing}
     progress = Progress(count_planned(config, options), existing)
-    events_dir = options.out / "events"
     for entry in config.models:
         for precision in entry.precisions:
             cells = [c for e, p, c in config.cells(options.domains) if p is precision]
@@ -199,19 +253,13 @@ def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
                         _run_specs(_specs(config, precision, cell, arm, options, None, {}),
                                    options, done, store, progress, None)
                 continue
-            with upstream_for(precision) as (base_url, model_id, api_key):
+            with upstream_for(precision, options.model_threads) as (base_url, model_id,
+                                                                    api_key):
                 for cell in cells:
                     for arm in options.arms:
-                        events = events_dir / f"{cell.key.replace('/', '_')}-{arm}.jsonl"
-                        settings = Settings(
-                            upstream=base_url,
-                            upstream_api_key=SecretStr(api_key) if api_key else None,
-                            repair=arm == "on",
-                            max_repairs=config.max_repairs,
-                            tool_call_format=precision.tool_call_format,
-                            constrained_retry=precision.constrained_retry,
-                            grounding=cell.domain in config.grounding_domains,
-                            events=events, log_level="warning")
+                        events = events_path(options.out, cell, arm)
+                        settings = proxy_settings(config, precision, cell, arm, base_url,
+                                                  api_key, events, options.margins)
                         with ProxyHost(settings) as proxy_url:
                             llm_args = {"api_base": proxy_url, "api_key": "reflexguard",
                                         "temperature": 0.0, "num_retries": 0,
@@ -219,7 +267,10 @@ def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
                                         "timeout": CALL_TIMEOUT_S}
                             specs = _specs(config, precision, cell, arm, options,
                                            f"openai/{model_id}", llm_args)
-                            _run_specs(specs, options, done, store, progress,
-                                       EventsReader(events))
+                            reader = EventsReader(events, options.out, skip_existing=True)
+                            _run_specs(specs, options, done, store, progress, reader)
+                            if reader.skipped:
+                                LOG.warning("bench: %d unreadable line(s) in %s were skipped",
+                                            reader.skipped, events)
     progress.bar.close()
     return store.load()
