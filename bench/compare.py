@@ -56,10 +56,10 @@ def parser() -> argparse.ArgumentParser:
                    help="threads of each embedded llama.cpp server (default: every core); "
                         "1 on a machine busy with other work: llama.cpp's threads "
                         "spin-wait for each other, which oversubscribed cores punish")
-    p.add_argument("--margins", choices=["on", "off"], default="on",
+    p.add_argument("--margins", choices=["on", "off"], default="off",
                    help="every proxy asks the upstream for logprobs and writes logit margins "
-                        "into its events (default on; costly on llama-cpp-python, "
-                        "docs/bench.md)")
+                        "into its events (default off: llama-cpp-python's logprobs cost "
+                        "about 8x the generation, docs/bench.md; turn it on with vLLM)")
     p.add_argument("--simulated-agent", metavar="ERRORS", default=None,
                    help="TEST ONLY: replay gold actions with these injected errors "
                         "(comma-separated: unknown_tool, argument_error); no model runs")

@@ -6,4 +6,4 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
-exec .venv/bin/python -m bench.compare --repair both "$@"
+exec .venv/bin/python -m bench.compare --repair all "$@"

@@ -56,7 +56,7 @@ class RunOptions:
     episode_timeout: float | None = EPISODE_TIMEOUT_S  # None: no wall-clock limit
     max_tokens: int = MAX_TOKENS
     model_threads: int | None = None  # embedded llama.cpp threads; None: every core
-    margins: bool = True  # every proxy asks for logprobs and writes margins into its events
+    margins: bool = False  # every proxy asks for logprobs, margins into its events (costly)
 
 
 def select_tasks(domain: str, count: int | None, ids: list[str] | None) -> list[Task]:
@@ -145,7 +145,7 @@ def events_path(out: Path, cell: Cell, arm: Arm) -> Path:
 
 def proxy_settings(config: CellsConfig, precision: Precision, cell: Cell, arm: Arm,
                    base_url: str, api_key: str | None, events: Path,
-                   margins: bool = True) -> Settings:
+                   margins: bool = False) -> Settings:
     """The reflexguard serving one cell and arm. Margins are measured in every arm or none:
     they cost the upstream time, and time decides episode timeouts."""
     return Settings(

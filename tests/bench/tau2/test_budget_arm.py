@@ -60,7 +60,7 @@ def test_only_the_budget_arm_tells_the_proxy_its_budget() -> None:
 def test_every_arm_measures_margins_into_its_own_events_file(tmp_path: Path) -> None:
     precision = DEFAULT.models[0].precisions[0]
     settings = {arm: proxy_settings(DEFAULT, precision, CELL, arm, "http://127.0.0.1:1/v1",
-                                    None, events_path(tmp_path, CELL, arm))
+                                    None, events_path(tmp_path, CELL, arm), margins=True)
                 for arm in ARMS}
     assert {arm: s.repair for arm, s in settings.items()} == {
         "off": False, "on": True, "on+budget": True}
@@ -71,15 +71,15 @@ def test_every_arm_measures_margins_into_its_own_events_file(tmp_path: Path) -> 
     assert len(set(files)) == 3
     assert all(f is not None and f.parent == tmp_path / "events" for f in files)
     quiet = proxy_settings(DEFAULT, precision, CELL, "on+budget", "http://127.0.0.1:1/v1",
-                           None, events_path(tmp_path, CELL, "on+budget"), margins=False)
-    assert not quiet.margins and quiet.repair
+                           None, events_path(tmp_path, CELL, "on+budget"))
+    assert not quiet.margins and quiet.repair  # off unless asked: costly on llama.cpp
 
 
 def test_margins_and_model_threads_flags() -> None:
     args = parser().parse_args([])
-    assert (args.margins, args.model_threads) == ("on", None)
-    args = parser().parse_args(["--margins", "off", "--model-threads", "1"])
-    assert (args.margins, args.model_threads) == ("off", 1)
+    assert (args.margins, args.model_threads) == ("off", None)
+    args = parser().parse_args(["--margins", "on", "--model-threads", "1"])
+    assert (args.margins, args.model_threads) == ("on", 1)
     done = subprocess.run([sys.executable, "-m", "bench.compare", "--model-threads", "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
