@@ -73,6 +73,11 @@ def servers(args: argparse.Namespace, upstream: str, translated: bool) -> list[S
         port = free_port()
         out.append(Server("rg-1w+margins", [*guard, "--port", str(port)], port,
                           {"REFLEXGUARD_MARGINS": "on"}))
+        if args.against:  # the margins arm's own before/after, in the same run
+            port = free_port()
+            out.append(Server(f"{COPY}+margins", [*guard, "--port", str(port)], port,
+                              {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(args.against),
+                               "REFLEXGUARD_MARGINS": "on"}))
     return out
 
 

@@ -48,6 +48,9 @@ def report(results: Results, workloads: list[str], concurrencies: list[int],
     if copy:
         _versus(results, workloads, concurrencies, "rg-1w", copy,
                 f"this tree against the copy (rg-1w vs {copy})")
+    if copy and margins:
+        _versus(results, workloads, concurrencies, "rg-1w+margins", f"{copy}+margins",
+                f"margins on, this tree against the copy (rg-1w+margins vs {copy}+margins)")
     _micro(workloads)
 
 

@@ -38,20 +38,38 @@ def hottest(collapsed: Path, top: int) -> list[tuple[float, str]]:
     return frames[:top]
 
 
+def self_time(collapsed: Path, top: int) -> list[tuple[float, str]]:
+    """(share of samples, frame) for the frames most often on top of the stack, anyone's:
+    where the CPU itself goes, aiohttp and the event loop included."""
+    leaf: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        leaf[stack.split(";")[-1]] += int(count)
+    return [(n / total, f) for f, n in leaf.most_common(top)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tools", choices=sorted(TOOL_WORKLOADS), default="15")
     parser.add_argument("--seconds", type=int, default=12)
     parser.add_argument("--margins", action="store_true", help="reflexguard with margins on")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--self", action="store_true",
+                        help="also the frames on top of the stack, any module's")
+    parser.add_argument("--minimal", action="store_true",
+                        help="sample the minimal pass-through instead, for comparison")
     args = parser.parse_args()
     up, guard_port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up}/v1"
     env = {"REFLEXGUARD_MARGINS": "on"} if args.margins else None
+    server = (["-m", "bench.perf.minimal_proxy", "--upstream", upstream, "--port",
+               str(guard_port)] if args.minimal else
+              ["-m", "reflexguard", "serve", "--upstream", upstream, "--port", str(guard_port)])
     with tempfile.TemporaryDirectory() as tmp, \
             process(["-m", "bench.perf.fast_upstream", "--port", str(up)], up), \
-            process(["-m", "reflexguard", "serve", "--upstream", upstream, "--port",
-                     str(guard_port)], guard_port, env) as guard:
+            process(server, guard_port, env) as guard:
         out = Path(tmp) / "stacks.txt"
         spy = subprocess.Popen([str(PY_SPY), "record", "--pid", str(guard.pid), "--duration",
                                 str(args.seconds), "--rate", "200", "--format", "raw",
@@ -62,11 +80,16 @@ def main() -> None:
                                   200 * args.seconds, guard.pid, TOOL_WORKLOADS[args.tools][1]))
         if spy.wait() != 0 or not out.exists():
             sys.exit("py-spy failed (it needs ptrace: root, or CAP_SYS_PTRACE)")
-        print(f"{args.tools} tools{', margins on' if args.margins else ''}: "
+        print(f"{'minimal pass-through, ' if args.minimal else ''}"
+              f"{args.tools} tools{', margins on' if args.margins else ''}: "
               f"{point.rps:.0f} req/s at c=50, {point.cpu_ms_per_request:.3f} ms CPU/request")
         print("share of samples with the frame on the stack (inclusive):")
         for share, frame in hottest(out, args.top):
             print(f"{share:6.1%}  {frame}")
+        if args.self:
+            print("share of samples with the frame on top of the stack (self):")
+            for share, frame in self_time(out, args.top):
+                print(f"{share:6.1%}  {frame}")
 
 
 if __name__ == "__main__":

@@ -17,21 +17,29 @@ def nesting_could_exceed(raw: bytes, limit: int) -> bool:
 
 
 def depth_exceeds(value: object, limit: int) -> bool:
-    """Whether parsed JSON nests more than `limit` containers deep. Iterative."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: object = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
+    """Whether parsed JSON nests more than `limit` containers deep. Iterative, one level
+    at a time: an answer's logprobs are ~400 small containers, and a tuple per node on a
+    stack cost three times this (docs/performance.md)."""
+    level: list[object] = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children  # type: ignore[attr-defined]
-                     if isinstance(child, dict | list))
+        deeper: list[object] = []
+        push = deeper.append
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:  # type: ignore[attr-defined]
+                kind = type(child)
+                # Parsed JSON holds exact dicts and lists; isinstance only for the rest.
+                if kind is dict or kind is list or (
+                        kind not in _SCALARS and isinstance(child, dict | list)):
+                    push(child)
+        level = deeper
     return False
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def clip(text: str, limit: int = LABEL_LIMIT) -> str:

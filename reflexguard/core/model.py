@@ -88,10 +88,12 @@ class ToolChoice(BaseModel):
     @classmethod
     def parse(cls, raw: object) -> ToolChoice:
         """Read the request's tool_choice; anything unrecognised behaves as 'auto'."""
-        if raw in ("none", "required", "auto"):
-            return cls(mode=raw)
         if isinstance(raw, dict):
             function = raw.get("function")
             if isinstance(function, dict) and isinstance(function.get("name"), str):
                 return cls(mode="named", name=function["name"])
-        return cls()
+        # Frozen, so the three plain modes are shared rather than built per request.
+        return _PLAIN_CHOICES[raw if raw in ("none", "required") else "auto"]
+
+
+_PLAIN_CHOICES = {mode: ToolChoice(mode=mode) for mode in ("auto", "none", "required")}

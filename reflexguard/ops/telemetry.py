@@ -122,6 +122,7 @@ class Telemetry:
         # Replaced by the app's own (GuardContext) when it has settings: memory or Redis.
         self.sessions: SessionState = memory_state()
         self._models: set[str] = set()
+        self._call_counters: dict[tuple[str, str, str], Any] = {}
         self.log = structlog.get_logger("reflexguard")
         self._exposed = self.registry
         shared = multiprocess_dir()
@@ -144,11 +145,24 @@ class Telemetry:
     def metrics_text(self) -> bytes:
         return generate_latest(self._exposed)
 
-    def _write(self, record: AttemptEvent | OutcomeEvent | FallbackEvent) -> None:
-        fields = {k: v for k, v in record.items() if k not in ("event", "ts")}
-        self.log.info(record["event"], **fields)
+    def _write(self, record: AttemptEvent | OutcomeEvent | FallbackEvent,
+               logged: bool = True) -> None:
+        """To the events file, if one is set, and (when `logged`) as a log line."""
+        if logged:
+            fields = {k: v for k, v in record.items() if k not in ("event", "ts")}
+            self.log.info(record["event"], **fields)
         if self._events is not None:
             append_line(self._events, dumps(record) + b"\n")
+
+    def _calls_counter(self, channel: str, model: str, dialect: str) -> Any:
+        """`tool_calls.labels(...)`, its child kept: prometheus_client's lookup validates
+        and joins the labels on every call (~10 us, docs/performance.md). Bounded as the
+        labels are: channels, MODEL_LABELS models, dialects."""
+        key = (channel, model, dialect)
+        child = self._call_counters.get(key)
+        if child is None:
+            child = self._call_counters[key] = self.tool_calls.labels(channel, model, dialect)
+        return child
 
     def attempt(self, attempt: Attempt, request_id: str, session: str | None, model: str,
                 toolset_hash: str, stream: bool, dialect: str = "chat",
@@ -166,22 +180,32 @@ class Telemetry:
         if attempt.kind != "fix":
             label = self._model_label(model)
             for call in calls:
-                self.tool_calls.labels(call["channel"], label, dialect).inc()
+                self._calls_counter(call["channel"], label, dialect).inc()
                 if session and call["channel"] != Channel.OK:
                     self.sessions.saw(request_id, call["channel"])
             self.upstream_seconds.observe(attempt.upstream_seconds)
         for fix in attempt.fixes:
             self.fixes.labels(fix).inc()
-        for verdict in attempt.verdicts:
-            for kind in verdict.internal_events:
-                self.fallback(kind, request_id=request_id, attempt=attempt.number)
+        internal = [kind for verdict in attempt.verdicts for kind in verdict.internal_events]
+        for kind in internal:
+            self.fallback(kind, request_id=request_id, attempt=attempt.number)
+        # A clean first attempt (every call ok, nothing fixed, no internal event, no thin
+        # margin) is counted and goes to the events file, but gets no log line: the log
+        # is for what went wrong, and rendering a line per request cost more than the
+        # rest of the telemetry (docs/decisions.md, "Clean attempts are not logged").
+        clean = (attempt.kind == "initial" and not attempt.fixes
+                 and all(c["channel"] == Channel.OK and not c.get("thin_margin")
+                         for c in calls)
+                 and not internal)
+        if clean and self._events is None:
+            return
         self._write({
             "event": "attempt", "ts": time.time(), "request_id": request_id,
             "session": session, "model": model, "attempt": attempt.number,
             "kind": attempt.kind, "calls": calls, "fixes": list(attempt.fixes),
             "toolset": toolset_hash, "latency_ms": round(attempt.upstream_seconds * 1000, 3),
             "stream": stream, "dialect": dialect,
-        })
+        }, logged=not clean)
 
     def _margins(self, calls: list[CallEvent], margins: Sequence[CallMargin], threshold: float,
                  label: str) -> None:
