@@ -129,3 +129,11 @@ def test_serve_flags_reach_the_margin_settings() -> None:
     settings = Settings(**flags)
     assert settings.margins is True and settings.margin_threshold == 0.8
     assert Settings().margins is False
+
+
+def test_the_shipped_calibration_is_a_real_one() -> None:
+    from reflexguard.core.screen import parse_calibration
+
+    shipped = parse_calibration(json.loads(screen_cli.SHIPPED_CALIBRATION.read_text()))
+    assert not shipped.simulated and (shipped.reference, shipped.candidate) == ("Q4_K_M", "Q2_K")
+    assert "bench.margins" in shipped.source
