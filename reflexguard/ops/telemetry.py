@@ -172,13 +172,13 @@ class Telemetry:
              "detail": clip(v.detail, DETAIL_LIMIT)}
             for verdict in attempt.verdicts for v in verdict.calls
         ]
+        label = self._model_label(model)
         if margins and attempt.verdicts:
             first_choice = calls[:len(attempt.verdicts[0].calls)]
-            self._margins(first_choice, margins, margin_threshold, self._model_label(model))
+            self._margins(first_choice, margins, margin_threshold, label)
         if session and attempt.kind != "initial":
             self.sessions.tried(request_id)
         if attempt.kind != "fix":
-            label = self._model_label(model)
             for call in calls:
                 self._calls_counter(call["channel"], label, dialect).inc()
                 if session and call["channel"] != Channel.OK:
