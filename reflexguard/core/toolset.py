@@ -193,6 +193,26 @@ class ToolSetCache:
             raise ToolsTooDeep(max_depth)
         return found
 
+    def get_serialised(self, raw: bytes, max_depth: int | None = None) -> ToolSet | None:
+        """As `get`, for a tools list given as the bytes the client sent (None when they
+        hold an empty list). A hit costs one dict lookup: the list is parsed only on a
+        miss. Raises orjson.JSONDecodeError for bytes that are not JSON."""
+        found = self._exact.get(raw)
+        if found is None:
+            tools = orjson.loads(raw)
+            if not isinstance(tools, list):
+                raise InvalidTools("'tools' must be an array")
+            if not tools:
+                return None
+            found = self.get(tools, max_depth)
+            self._remember(raw, found)
+            return found
+        self._exact.move_to_end(raw)
+        self.hits += 1
+        if max_depth is not None and found.depth > max_depth:
+            raise ToolsTooDeep(max_depth)
+        return found
+
     def _canonical(self, tools: list[Any], max_depth: int | None) -> ToolSet:
         depth = nesting_depth(tools)
         if max_depth is not None and depth > max_depth:
@@ -213,6 +233,9 @@ class ToolSetCache:
     def _remember(self, key: bytes, toolset: ToolSet) -> None:
         if len(key) > self._exact_key_bytes:
             return  # held by its digest only
+        if key in self._exact:  # the client's bytes were already the compact form
+            self._exact.move_to_end(key)
+            return
         self._exact[key] = toolset
         self._held_key_bytes += len(key)
         while len(self._exact) > self._capacity or self._held_key_bytes > self._exact_key_bytes:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+import msgspec
 import orjson
 
 from reflexguard.core.errors import BadRequest
@@ -21,7 +23,13 @@ from reflexguard.core.limits import (
     safe_label,
 )
 from reflexguard.core.model import JsonObject, ToolChoice
-from reflexguard.core.toolset import InvalidTools, InvalidToolSchema, ToolSetCache, ToolsTooDeep
+from reflexguard.core.toolset import (
+    InvalidTools,
+    InvalidToolSchema,
+    ToolSet,
+    ToolSetCache,
+    ToolsTooDeep,
+)
 from reflexguard.core.validate import CallRules
 
 
@@ -35,14 +43,28 @@ class GroundingPolicy:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    body: JsonObject
+    """A chat request read for guarding. `fields` is the body as sent, except that a tools
+    list read from the client's bytes (`tools_raw`) is null there: the cached tool set
+    stands for it, and the list itself is parsed only if `body` is asked for (a re-ask)."""
+
+    fields: JsonObject
     model: str
     stream: bool
     rules: CallRules | None  # None when the request offers no tools: nothing to guard
+    tools_raw: bytes | None = None
 
     @property
     def guarded(self) -> bool:
         return self.rules is not None
+
+    @cached_property
+    def body(self) -> JsonObject:
+        """The whole body as the client sent it (a new dict when the tools are added)."""
+        if self.tools_raw is None:
+            return self.fields
+        body = dict(self.fields)
+        body["tools"] = orjson.loads(self.tools_raw)  # in the place the client put it
+        return body
 
 
 def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
@@ -90,11 +112,57 @@ def _check_messages(body: JsonObject) -> None:
             )
 
 
+class _ToolsOnly(msgspec.Struct):
+    tools: msgspec.Raw = msgspec.Raw(b"")
+
+
+_TOOLS_ONLY = msgspec.json.Decoder(_ToolsOnly)
+
+
+def split_tools(raw: bytes) -> tuple[bytes, bytes] | None:
+    """(the body with its tools list replaced by null, the tools list's bytes as sent), or
+    None when there is no list to split off safely. An agent sends the same tools every
+    turn and they are most of its request (8 tools: 2 of 3 KB; 15: 11 of 12 KB): building
+    them as Python objects only to find their cached tool set was most of reading it."""
+    try:
+        tools = bytes(_TOOLS_ONLY.decode(raw).tools)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None  # the full read says what is wrong, in its words
+    if not tools.startswith(b"["):
+        return None
+    at = raw.find(tools)
+    # A JSON string cannot hold these bytes (they contain an unescaped quote), so they
+    # occur once, unless some other value repeats them: then the split is not attempted.
+    if at < 0 or raw.find(tools, at + 1) >= 0:
+        return None
+    return raw[:at] + b"null" + raw[at + len(tools):], tools
+
+
 def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
                  max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ChatRequest:
-    body = parse_body(raw, max_depth, tools_checked_later=True)
-    _check_messages(body)
-    return request_of(body, cache, grounding, max_depth)
+    split = split_tools(raw)
+    if split is None:
+        body = parse_body(raw, max_depth, tools_checked_later=True)
+        _check_messages(body)
+        return request_of(body, cache, grounding, max_depth)
+    rest, tools_raw = split
+    fields = parse_body(rest, max_depth)  # everything but the tools, depth-checked
+    _check_messages(fields)
+    try:
+        toolset = cache.get_serialised(tools_raw, max_depth - 1)
+    except orjson.JSONDecodeError:  # e.g. bad UTF-8 in a string the split did not read
+        parse_body(raw, max_depth)  # raises, with positions in the body the client sent
+        raise
+    except ToolsTooDeep:
+        raise _too_deep(max_depth) from None
+    except InvalidToolSchema as exc:
+        raise BadRequest(str(exc), param=exc.param, code="invalid_tool_schema") from None
+    except InvalidTools as exc:
+        raise BadRequest(str(exc), param=exc.param) from None
+    if toolset is None:  # an empty list: nothing to guard
+        fields["tools"] = []  # our own parse, in the place the client put the list
+        return _chat_request(fields, None, grounding)
+    return _chat_request(fields, toolset, grounding, tools_raw)
 
 
 def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy,
@@ -102,15 +170,9 @@ def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy
     """A parsed chat body whose envelope was checked (here, or by a dialect translating its
     own request into this view). `max_depth`: the body's limit, for the tools that
     `parse_body(..., tools_checked_later=True)` left unchecked."""
-    stream_flag = body.get("stream", False)
-    if not isinstance(stream_flag, bool) and stream_flag is not None:
-        raise BadRequest("'stream' must be a boolean", param="stream")
-    # The model name reaches metric labels, logs and events: bounded there, not upstream.
-    model = safe_label(body["model"]) if isinstance(body.get("model"), str) else ""
-    stream = stream_flag is True
     tools = body.get("tools")
     if tools is None or tools == []:
-        return ChatRequest(body, str(model), stream, None)
+        return _chat_request(body, None, grounding)
     if not isinstance(tools, list):
         raise BadRequest("'tools' must be an array", param="tools")
     try:
@@ -121,10 +183,30 @@ def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy
         raise BadRequest(str(exc), param=exc.param, code="invalid_tool_schema") from None
     except InvalidTools as exc:
         raise BadRequest(str(exc), param=exc.param) from None
-    parallel = body.get("parallel_tool_calls") is not False
+    return _chat_request(body, toolset, grounding)
+
+
+def regrounded(chat: ChatRequest, grounding: GroundingPolicy) -> ChatRequest:
+    """The same guarded request under another grounding policy (a low error budget turns
+    the ungrounded_entity check on); the tool set is the one already compiled."""
+    assert chat.rules is not None
+    return _chat_request(chat.fields, chat.rules.toolset, grounding, chat.tools_raw)
+
+
+def _chat_request(fields: JsonObject, toolset: ToolSet | None, grounding: GroundingPolicy,
+                  tools_raw: bytes | None = None) -> ChatRequest:
+    stream_flag = fields.get("stream", False)
+    if not isinstance(stream_flag, bool) and stream_flag is not None:
+        raise BadRequest("'stream' must be a boolean", param="stream")
+    # The model name reaches metric labels, logs and events: bounded there, not upstream.
+    model = safe_label(fields["model"]) if isinstance(fields.get("model"), str) else ""
+    stream = stream_flag is True
+    if toolset is None:
+        return ChatRequest(fields, str(model), stream, None)
+    parallel = fields.get("parallel_tool_calls") is not False
     rules = CallRules(
         toolset=toolset,
-        tool_choice=ToolChoice.parse(body.get("tool_choice")),
+        tool_choice=ToolChoice.parse(fields.get("tool_choice")),
         parallel_tool_calls=parallel,
     )
     if grounding.pattern is not None:
@@ -132,7 +214,7 @@ def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy
             toolset=toolset,
             tool_choice=rules.tool_choice,
             parallel_tool_calls=parallel,
-            grounding=collect_sources(body["messages"], grounding.include_system),
+            grounding=collect_sources(fields["messages"], grounding.include_system),
             identifier_pattern=grounding.pattern,
         )
-    return ChatRequest(body, str(model), stream, rules)
+    return ChatRequest(fields, str(model), stream, rules, tools_raw)

@@ -65,8 +65,8 @@ class Routes(GuardContext):
                 return await self._pass_stream(request, raw, headers)
             return await self._pass(request, "chat/completions", raw, headers)
         session = request.headers.get("x-reflexguard-session")
-        if session is None and isinstance(chat.body.get("user"), str):
-            session = chat.body["user"]
+        if session is None and isinstance(chat.fields.get("user"), str):
+            session = chat.fields["user"]
         call = GuardedCall(self, chat, raw, headers,
                            safe_label(session) if session is not None else None, started)
         try:

@@ -27,7 +27,7 @@ from reflexguard.core.ladder import (
     run_ladder,
     withholds,
 )
-from reflexguard.dialects.chat_request import ChatRequest, request_of
+from reflexguard.dialects.chat_request import ChatRequest, regrounded
 from reflexguard.http.context import GuardContext
 from reflexguard.http.margins import RequestMargins, with_logprobs
 from reflexguard.http.responses import JSON, upstream_error
@@ -65,14 +65,15 @@ class GuardedCall:
         self.policy = guard.policy  # this request's: a low error budget escalates it
         self.environment_errors = 0  # failed tool results in the conversation, when read
         self.budget_remaining: int | None = None
-        self.margins = RequestMargins(guard.settings.margins, chat.body, guard.telemetry,
+        self.margins = RequestMargins(guard.settings.margins, chat.fields, guard.telemetry,
                                       self.request_id)
         if self.margins.inject:  # a copy with logprobs asked; the caller's bytes stay
             self.raw = orjson.dumps(with_logprobs(orjson.loads(raw)))
 
     def client_body(self) -> dict[str, Any]:
-        """The request as the client sent it, in `self.dialect`'s wire format."""
-        return self.chat.body
+        """The request as the client sent it, in `self.dialect`'s wire format, read for its
+        conversation (its tools list may be left unparsed: ChatRequest.fields)."""
+        return self.chat.fields
 
     def read_budget(self, header: str | None) -> None:
         """Apply the request's error budget, if one is known (docs/repair.md). Raises
@@ -85,7 +86,7 @@ class GuardedCall:
         self.policy = policy_for_budget(self.guard.policy, budget.remaining)
         if self.policy.ground_entities and self.rules.identifier_pattern is None:
             forced = grounding_policy(self.guard.settings, forced=True)
-            self.chat = request_of(self.chat.body, self.guard.toolsets, forced)
+            self.chat = regrounded(self.chat, forced)
             assert self.chat.rules is not None
             self.rules = self.chat.rules
 
