@@ -53,6 +53,14 @@ class ToolSpec:
     parameters: dict[str, Any]
     validator: Any  # a compiled jsonschema_rs validator
 
+    def accepts(self, arguments: object) -> bool:
+        """Whether the arguments fit, without building error messages; a validator fault
+        is a no (the caller then reads the call in full, which records the fault)."""
+        try:
+            return bool(self.validator.is_valid(arguments))
+        except Exception:  # the library raises several types; never the model's fault
+            return False
+
     def errors(self, arguments: object) -> list[str]:
         """Human-readable schema errors, each with the path it concerns."""
         messages: list[str] = []

@@ -21,7 +21,7 @@ import orjson
 from reflexguard.core.channels import Channel
 from reflexguard.core.extract import extract_calls
 from reflexguard.core.grounding import GroundingSources, ungrounded_values
-from reflexguard.core.model import CallVerdict, Reply, ToolCall, ToolChoice, Verdict
+from reflexguard.core.model import CallVerdict, JsonObject, Reply, ToolCall, ToolChoice, Verdict
 from reflexguard.core.toolset import ToolSet
 
 MAX_ERRORS_REPORTED = 4
@@ -123,3 +123,42 @@ def validate_reply(reply: Reply, rules: CallRules) -> Verdict:
         return Verdict(calls=tuple(
             _classify_call(i, call, rules) for i, call in enumerate(reply.tool_calls)))
     return _classify_text_reply(reply, rules)
+
+
+def clean_tool_calls(completion: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
+    """The names of the calls when every choice of `completion` is a reply of tool calls
+    that `validate_reply` would classify all ok, with no note; None otherwise, which means
+    only "read it in full", never "invalid". Most answers are clean: this reads them
+    without building a Reply or a Verdict per call (docs/performance.md, "The clean
+    answer"). tests/core/test_clean_calls.py holds it to validate_reply."""
+    if rules.grounding is not None or rules.tool_choice.mode == "none":
+        return None
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return None
+    names: list[str] = []
+    for choice in choices:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not isinstance(calls, list) or not calls:
+            return None
+        if len(calls) > 1 and not rules.parallel_tool_calls:
+            return None
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                return None
+            name, arguments = function.get("name"), function.get("arguments")
+            spec = rules.toolset.specs.get(name) if isinstance(name, str) else None
+            if spec is None or not isinstance(arguments, str):
+                return None
+            if rules.tool_choice.mode == "named" and name != rules.tool_choice.name:
+                return None
+            try:
+                parsed = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(parsed, dict) or not spec.accepts(parsed):
+                return None
+            names.append(spec.name)
+    return tuple(names)

@@ -27,6 +27,7 @@ from reflexguard.core.ladder import (
     run_ladder,
     withholds,
 )
+from reflexguard.core.validate import clean_tool_calls
 from reflexguard.dialects.chat_request import ChatRequest, regrounded
 from reflexguard.http.context import GuardContext
 from reflexguard.http.margins import RequestMargins, with_logprobs
@@ -167,6 +168,10 @@ class GuardedCall:
             return web.Response(body=answer.body, content_type=JSON)
         except UpstreamFailure as exc:
             return upstream_error(exc)
+        if not self.margins.enabled:
+            names = clean_tool_calls(completion, self.rules)
+            if names is not None:  # nothing to repair: the upstream's bytes, as they came
+                return self.clean(answer.body, names, time.perf_counter() - began)
         first = read_attempt(1, "initial", completion, self.rules,
                              self.policy.lift_text_calls, time.perf_counter() - began)
         result = await self.ladder(first)
@@ -184,6 +189,18 @@ class GuardedCall:
                 self.guard.telemetry.fallback("unencodable_answer", request_id=self.request_id)
         elif self.margins.inject:  # the logprobs we asked for are ours, not the agent's
             body = orjson.dumps(self.margins.outgoing(completion))
+        return web.Response(body=body, content_type=JSON, headers=headers)
+
+    def clean(self, body: bytes, names: tuple[str, ...], seconds: float) -> web.Response:
+        """The answer for a first reply whose calls are all ok: as the ladder would settle
+        it ("clean"), recorded the same way, without reading it into replies."""
+        telemetry = self.guard.telemetry
+        telemetry.clean_answer(names, self.request_id, self.session, self.chat.model,
+                               self.rules.toolset.digest, self.chat.stream, self.dialect,
+                               seconds, self.session_errors())
+        telemetry.added_seconds.observe(max(0.0, time.perf_counter() - self.started - seconds))
+        headers = {"x-reflexguard-attempts": "1", "x-reflexguard-violations": "0",
+                   "x-reflexguard-request-id": self.request_id, **self.budget_headers()}
         return web.Response(body=body, content_type=JSON, headers=headers)
 
     def deadline_failure(self) -> UpstreamTimeout:

@@ -207,6 +207,28 @@ class Telemetry:
             "stream": stream, "dialect": dialect,
         }, logged=not clean)
 
+    def clean_answer(self, names: Sequence[str], request_id: str, session: str | None,
+                     model: str, toolset_hash: str, stream: bool, dialect: str,
+                     upstream_seconds: float, environment_errors: int | None) -> None:
+        """What `attempt` then `outcome` record for a first answer whose calls are all ok
+        (validate.clean_tool_calls), without an Attempt to read them from."""
+        child = self._calls_counter(str(Channel.OK), self._model_label(model), dialect)
+        child.inc(len(names))
+        self.upstream_seconds.observe(upstream_seconds)
+        if self._events is not None:
+            calls: list[CallEvent] = [
+                {"channel": str(Channel.OK), "name": safe_label(name), "detail": ""}
+                for name in names]
+            self._write({
+                "event": "attempt", "ts": time.time(), "request_id": request_id,
+                "session": session, "model": model, "attempt": 1, "kind": "initial",
+                "calls": calls, "fixes": [], "toolset": toolset_hash,
+                "latency_ms": round(upstream_seconds * 1000, 3), "stream": stream,
+                "dialect": dialect,
+            }, logged=False)
+        if session:
+            self.sessions.finish(request_id, session, "clean", environment_errors)
+
     def _margins(self, calls: list[CallEvent], margins: Sequence[CallMargin], threshold: float,
                  label: str) -> None:
         """Margins onto the first choice's call events, which lead `calls` in call order;

@@ -81,3 +81,28 @@ def test_a_thin_margin_is_logged() -> None:
     logs = logged(Telemetry(), attempt(), margins=[margin], margin_threshold=1.0)
     assert [e["calls"][0].get("thin_margin") for e in logs] == [True]
     assert logged(Telemetry(), attempt(), margins=[margin], margin_threshold=0.05) == []
+
+
+def test_the_clean_answer_shortcut_records_what_attempt_and_outcome_record(
+        tmp_path: Path) -> None:
+    """call.py's shortcut for an all-ok first answer must leave the same trace as the
+    ladder's path: the events line, the count, no log line, the session's record."""
+    traces = []
+    for shortcut in (False, True):
+        path = tmp_path / f"events-{shortcut}.jsonl"
+        telemetry = Telemetry(path)
+        with capture_logs() as logs:
+            if shortcut:
+                telemetry.clean_answer(("t",), "rg-1", "s1", "m", "hash", False, "chat", 0.01, 2)
+            else:
+                telemetry.attempt(attempt(), "rg-1", "s1", "m", "hash", False)
+                telemetry.outcome("clean", [], "rg-1", "s1", environment_errors=2)
+        events = [{k: v for k, v in json.loads(line).items() if k != "ts"}
+                  for line in path.read_text().splitlines()]
+        record = telemetry.sessions.local.peek("s1")
+        assert record is not None
+        traces.append((logs, ok_calls(telemetry), events,
+                       record.model_dump(exclude={"first_seen", "last_seen"})))
+        telemetry.close()
+    assert traces[0] == traces[1]
+    assert traces[1][1] == 1.0 and len(traces[1][2]) == 1
