@@ -44,9 +44,10 @@ class SupervisedUpstream(Upstream):
         return exc
 
     async def request(self, method: str, path: str, body: bytes | None,
-                      headers: Mapping[str, str]) -> RawResponse:
+                      headers: Mapping[str, str], deadline: float | None = None,
+                      ) -> RawResponse:
         try:
-            return await super().request(method, path, body, headers)
+            return await super().request(method, path, body, headers, deadline)
         except UpstreamUnreachable as exc:
             raise await self._explain(exc) from None
 

@@ -34,6 +34,7 @@ from reflexguard.http.margins import RequestMargins, with_logprobs
 from reflexguard.http.responses import JSON, upstream_error
 from reflexguard.http.upstream import (
     AnswerTooDeep,
+    RequestDeadline,
     UpstreamFailure,
     UpstreamTimeout,
     parse_completion,
@@ -156,11 +157,10 @@ class GuardedCall:
     async def respond(self) -> web.Response:
         began = time.perf_counter()
         try:
-            async with asyncio.timeout_at(self.deadline):
-                answer = await self.guard.upstream.post_json("chat/completions", self.raw,
-                                                             self.headers)
+            answer = await self.guard.upstream.post_json("chat/completions", self.raw,
+                                                         self.headers, self.deadline)
             completion = parse_completion(answer.body, self.guard.settings.max_json_depth)
-        except TimeoutError:
+        except RequestDeadline:
             return upstream_error(self.deadline_failure())
         except AnswerTooDeep:
             self.guard.telemetry.fallback("answer_too_deep_not_guarded",

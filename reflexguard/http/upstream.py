@@ -7,6 +7,7 @@ second, while aiohttp stayed near 0.4 ms of CPU per request.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH, depth_exceeds, nesti
 from reflexguard.core.model import JsonObject
 
 __all__ = [
-    "AnswerTooDeep", "RawResponse", "Upstream", "UpstreamFailure", "UpstreamHTTPError",
+    "AnswerTooDeep", "RawResponse", "RequestDeadline", "Upstream", "UpstreamFailure",
+    "UpstreamHTTPError",
     "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnreachable", "parse_completion",
 ]
 
@@ -37,6 +39,10 @@ class UpstreamUnreachable(UpstreamFailure):
 
 class UpstreamTimeout(UpstreamFailure):
     status = 504
+
+
+class RequestDeadline(UpstreamTimeout):
+    """The request's own deadline (request_timeout) fell before the upstream answered."""
 
 
 class UpstreamProtocolError(UpstreamFailure):
@@ -125,23 +131,39 @@ class Upstream:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     async def request(
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str],
+        deadline: float | None = None,
     ) -> RawResponse:
-        """Any request, its answer returned whatever the status."""
+        """Any request, its answer returned whatever the status. `deadline` (the event
+        loop's clock) bounds it as the client's own timeout does: one timer, not two (an
+        asyncio.timeout around it cost a tenth of the guarded fast path's CPU)."""
+        timeout = self._timeout
+        if deadline is not None:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise RequestDeadline("the request's deadline passed before it was sent")
+            if timeout.total is None or left < timeout.total:
+                timeout = aiohttp.ClientTimeout(total=left, sock_connect=timeout.sock_connect)
+            else:
+                deadline = None  # the upstream timeout falls first
         try:
             async with self.session.request(
-                method, self.url(path), data=body, headers=headers
+                method, self.url(path), data=body, headers=headers, timeout=timeout,
             ) as response:
                 payload = await response.read()
                 return RawResponse(response.status, payload, response.content_type)
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            if deadline is not None and isinstance(exc, TimeoutError) \
+                    and not isinstance(exc, aiohttp.ServerTimeoutError):
+                raise RequestDeadline("no answer before the request's deadline") from None
             raise UpstreamTimeout(f"upstream did not answer within the timeout: {exc}") from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"upstream unreachable: {type(exc).__name__}") from None
 
-    async def post_json(self, path: str, body: bytes, headers: Mapping[str, str]) -> RawResponse:
+    async def post_json(self, path: str, body: bytes, headers: Mapping[str, str],
+                        deadline: float | None = None) -> RawResponse:
         """A POST whose non-2xx answer raises UpstreamHTTPError."""
-        raw = await self.request("POST", path, body, headers)
+        raw = await self.request("POST", path, body, headers, deadline)
         if raw.status >= 400:
             raise UpstreamHTTPError(raw.status, raw.body, raw.content_type)
         return raw

@@ -202,6 +202,25 @@ async def test_request_deadline_is_a_504_before_the_stream_starts(fake, proxy):
         assert time.monotonic() - started < 3
 
 
+@pytest.mark.parametrize(("upstream_timeout", "request_timeout", "deadline_counted"),
+                         [(0.3, 30.0, 0), (30.0, 0.3, 1)])
+async def test_the_first_answers_timeout_says_which_limit_fell(
+        fake, proxy, upstream_timeout: float, request_timeout: float,
+        deadline_counted: int) -> None:
+    """The first answer waits under one timer, the nearer of upstream_timeout and the
+    request's deadline; a 504 either way, counted as request_deadline only for the latter."""
+    upstream, _ = fake
+    upstream.default = Scripted(delay=3.0)
+    client = await proxy(upstream_timeout=upstream_timeout, request_timeout=request_timeout)
+    started = time.monotonic()
+    response = await client.post("/v1/chat/completions", json=chat_body())
+    assert response.status == 504
+    assert_openai_error(await response.json())
+    assert time.monotonic() - started < 2.5
+    assert metric(await metrics_of(client), "reflexguard_fallbacks_total",
+                  kind="request_deadline") == deadline_counted
+
+
 async def test_request_deadline_during_repair_returns_the_first_answer(fake, proxy):
     upstream, _ = fake
     bad = tool_call_completion("cancel_ordr", {"order_id": "1"})
