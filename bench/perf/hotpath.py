@@ -1,8 +1,9 @@
 """`python -m bench.perf.hotpath`: the guarded fast path's CPU, piece by piece, no sockets.
 
 What one valid, non-streamed chat request costs reflexguard besides its HTTP: reading the
-request, reading the upstream's answer, the ladder's reading of it (replies and
-verdicts), and the telemetry of a clean attempt. Each piece is timed as the fastest of
+request, reading the upstream's answer, checking its calls (the clean-answer shortcut;
+with `--margins`, the ladder's full reading into replies and verdicts), and the
+telemetry of a clean attempt. Each piece is timed as the fastest of
 several batches (the machine is shared: the minimum is the least disturbed), and
 `--profile` prints cProfile's view of the whole sequence. Printed, never asserted.
 """
@@ -25,6 +26,7 @@ from reflexguard.core.ladder import read_attempt
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
 from reflexguard.core.margins import completion_margins
 from reflexguard.core.toolset import ToolSetCache
+from reflexguard.core.validate import clean_tool_calls
 from reflexguard.dialects.chat_request import read_request
 from reflexguard.http.margins import without_logprobs
 from reflexguard.http.upstream import parse_completion
@@ -64,15 +66,24 @@ def pieces(tools: str, margins: bool) -> dict[str, Callable[[], Any]]:
         telemetry.outcome("clean", [], "rg-x", None, "chat")
         telemetry.added_seconds.observe(0.0001)
 
+    def telemetry_shortcut() -> None:
+        telemetry.clean_answer(("get_order_details",), "rg-x", None, chat.model,
+                               rules.toolset.digest, False, "chat", 0.001, None)
+        telemetry.added_seconds.observe(0.0001)
+
     work: dict[str, Callable[[], Any]] = {
         "read_request": lambda: read_request(raw, cache, grounding, settings.max_json_depth),
         "parse_completion": lambda: parse_completion(answer, DEFAULT_MAX_JSON_DEPTH),
-        "read_attempt": lambda: read_attempt(1, "initial", completion, rules,
-                                             policy.lift_text_calls, 0.001),
-        "telemetry (clean)": telemetry_clean,
     }
-    if margins:
+    if margins:  # margins need the ladder's reading: no clean-answer shortcut
+        work["read_attempt"] = lambda: read_attempt(1, "initial", completion, rules,
+                                                    policy.lift_text_calls, 0.001)
+        work["telemetry (clean)"] = telemetry_clean
         work["strip logprobs"] = lambda: orjson.dumps(without_logprobs(completion))
+    else:  # call.py's path for an all-ok first answer
+        assert clean_tool_calls(completion, rules) is not None
+        work["clean_tool_calls"] = lambda: clean_tool_calls(completion, rules)
+        work["telemetry (shortcut)"] = telemetry_shortcut
     return work
 
 
