@@ -185,8 +185,11 @@ def _verdicts(summary: dict[str, Any]) -> list[str]:
             else:
                 text += (" Not shown to be damaged: no channel is significantly amplified "
                          "against its reference after Holm correction.")
-        else:
+        elif cell in summary.get("references", [cell]):
             text += " Reference precision."
+        else:  # e.g. a run of the on+budget arm alone: no observed arm to compare
+            text += (" Damage not assessed: this run has no repair-off arm of this cell and "
+                     "its reference to compare.")
         for label, curve in summary["arm_effects"].get(cell, {}).items():
             effect = curve.get(str(low))
             if effect:

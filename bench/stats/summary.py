@@ -141,7 +141,8 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
         "damage_tests": [{"cell": t.cell, "channel": t.channel, "ratio": _finite(t.ratio),
                           "p_value": _finite(t.p_value), "holm_p": _finite(t.adjusted),
                           "significant": t.significant} for t in tests],
-        "damaged": damaged, "repair_effect": effects, "arm_effects": arm_effects,
+        "damaged": damaged, "references": sorted(k for k, c in cells.items() if c.reference),
+        "repair_effect": effects, "arm_effects": arm_effects,
         "spend_difference": spend,
     }
 

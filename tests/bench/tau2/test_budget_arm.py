@@ -197,3 +197,20 @@ def test_off_and_on_recomputed_at_k3_equal_a_run_at_k3_simulated(tmp_path: Path)
     assert (f"| off | {tmp_path / 'k10'}, recomputed at K=3 | 0/2 [0–66%] | 0/2 [0–66%] | "
             "0/2 [0–66%] | 3.00 [3.00, 3.00] | 3: 2 | 2 | 2 |") in done.stdout
     assert f"| on+budget | {tmp_path / 'k3'}, run at K=3 |" in done.stdout
+
+
+def test_a_run_of_one_arm_calls_no_lower_cell_a_reference(tmp_path: Path) -> None:
+    """Without a repair-off arm damage cannot be assessed: the report says so instead of
+    calling the lower-precision cell a reference."""
+    run(simulated_cells(["unknown_tool"]), RunOptions(
+        out=tmp_path, arms=["on+budget"], domains=["mock"], task_ids=TASKS[:1], max_errors=3))
+    summary = build_report(tmp_path)
+    lower = next(k for k in summary["success_at_k"] if "lower" in k)
+    reference = next(k for k in summary["success_at_k"] if "reference" in k)
+    assert summary["references"] == [reference]
+    verdicts = {line.split(".**")[0].removeprefix("**"): line
+                for line in (tmp_path / "report.md").read_text().splitlines()
+                if line.startswith("**")}
+    assert "Reference precision." in verdicts[reference]
+    assert "Reference precision." not in verdicts[lower]
+    assert "Damage not assessed" in verdicts[lower]
