@@ -27,6 +27,7 @@ __all__ = [
     "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnreachable", "parse_completion",
 ]
 
+USER_AGENT = "reflexguard"
 # The Anthropic ones matter for a native Messages upstream: its version and beta features
 # (Claude Code sends several) are the client's choice, not ours.
 FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project", "x-api-key",
@@ -99,7 +100,6 @@ class Upstream:
         )
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, auto_decompress=True,
-            skip_auto_headers=("User-Agent",),
         )
 
     async def close(self) -> None:
@@ -114,7 +114,9 @@ class Upstream:
         return self._session
 
     def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
+        # Our own User-Agent, set here: aiohttp's skip_auto_headers, which kept its default
+        # out, copied the headers on every request (docs/performance.md, third pass).
+        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
         for name in FORWARDED_HEADERS:
             value = incoming.get(name)
             if value is not None:
@@ -137,18 +139,20 @@ class Upstream:
         """Any request, its answer returned whatever the status. `deadline` (the event
         loop's clock) bounds it as the client's own timeout does: one timer, not two (an
         asyncio.timeout around it cost a tenth of the guarded fast path's CPU)."""
-        timeout = self._timeout
+        options: dict[str, Any] = {}  # the session's timeout unless the deadline is nearer
         if deadline is not None:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 raise RequestDeadline("the request's deadline passed before it was sent")
-            if timeout.total is None or left < timeout.total:
-                timeout = aiohttp.ClientTimeout(total=left, sock_connect=timeout.sock_connect)
+            total = self._timeout.total
+            if total is None or left < total:
+                options["timeout"] = aiohttp.ClientTimeout(
+                    total=left, sock_connect=self._timeout.sock_connect)
             else:
                 deadline = None  # the upstream timeout falls first
         try:
             async with self.session.request(
-                method, self.url(path), data=body, headers=headers, timeout=timeout,
+                method, self.url(path), data=body, headers=headers, **options,
             ) as response:
                 payload = await response.read()
                 return RawResponse(response.status, payload, response.content_type)

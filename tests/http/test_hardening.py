@@ -570,3 +570,15 @@ async def test_dialect_streams_read_upstream_chunks_as_carefully_as_chat(proxy):
         assert "nests deeper" in answer["error"]["message"]
         text = await metrics_of(client)
         assert metric(text, "reflexguard_fallbacks_total", kind="non_object_stream_chunk") == 1
+
+
+async def test_the_upstream_sees_reflexguard_as_the_user_agent_not_aiohttps_or_the_agents(
+        fake, proxy):
+    upstream, _ = fake
+    client = await proxy()
+    for stream in (False, True):
+        response = await client.post("/v1/chat/completions", json=chat_body(stream=stream),
+                                     headers={"User-Agent": "agent/1.0"})
+        assert response.status == 200
+        await response.read()
+        assert upstream.headers[-1]["User-Agent"] == "reflexguard"
