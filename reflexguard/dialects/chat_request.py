@@ -117,6 +117,7 @@ class _ToolsOnly(msgspec.Struct):
 
 
 _TOOLS_ONLY = msgspec.json.Decoder(_ToolsOnly)
+SPLIT_PREFIX = 48  # bytes of the tools list that locate it in the body
 
 
 def split_tools(raw: bytes) -> tuple[bytes, bytes] | None:
@@ -130,10 +131,12 @@ def split_tools(raw: bytes) -> tuple[bytes, bytes] | None:
         return None  # the full read says what is wrong, in its words
     if not tools.startswith(b"["):
         return None
-    at = raw.find(tools)
-    # A JSON string cannot hold these bytes (they contain an unescaped quote), so they
-    # occur once, unless some other value repeats them: then the split is not attempted.
-    if at < 0 or raw.find(tools, at + 1) >= 0:
+    # Found by a prefix: searching for 10 KB of needle costs more than decoding the body.
+    # The list occurs once unless its prefix occurs again (another value repeating it; a
+    # JSON string cannot, the prefix holding an unescaped quote): then no split.
+    prefix = tools[:SPLIT_PREFIX]
+    at = raw.find(prefix)
+    if at < 0 or not raw.startswith(tools, at) or raw.find(prefix, at + 1) >= 0:
         return None
     return raw[:at] + b"null" + raw[at + len(tools):], tools
 
