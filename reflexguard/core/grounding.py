@@ -35,14 +35,22 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def collect_sources(messages: Sequence[Any], include_system: bool) -> GroundingSources:
+def collect_sources(messages: Sequence[Any], include_system: bool,
+                    failed_result: re.Pattern[str] | None = None) -> GroundingSources:
+    """`failed_result`: tool results it matches (a failed call's report, tau2's "Error:
+    ...") ground nothing: an environment that answers "User 1234567890 not found" echoes
+    the identifier the agent invented, and would otherwise make it grounded."""
     conversation: list[str] = []
     system: list[str] = []
     for message in messages:
         if not isinstance(message, dict):
             continue
         role = message.get("role")
-        if role in ("user", "tool", "function"):
+        if role in ("tool", "function"):
+            text = _text_of(message.get("content"))
+            if failed_result is None or not failed_result.search(text):
+                conversation.append(text)
+        elif role == "user":
             conversation.append(_text_of(message.get("content")))
         elif role in ("system", "developer") and include_system:
             system.append(_text_of(message.get("content")))

@@ -39,6 +39,7 @@ class GroundingPolicy:
 
     pattern: re.Pattern[str] | None = None  # None: the ungrounded_entity check is off
     include_system: bool = False
+    failed_result: re.Pattern[str] | None = None  # tool results that ground nothing
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ def _chat_request(fields: JsonObject, toolset: ToolSet | None, grounding: Ground
             toolset=toolset,
             tool_choice=rules.tool_choice,
             parallel_tool_calls=parallel,
-            grounding=collect_sources(fields["messages"], grounding.include_system),
+            grounding=collect_sources(fields["messages"], grounding.include_system,
+                                      grounding.failed_result),
             identifier_pattern=grounding.pattern,
         )
     return ChatRequest(fields, str(model), stream, rules, tools_raw)

@@ -45,6 +45,8 @@ def grounding_policy(settings: Settings, forced: bool = False) -> GroundingPolic
         pattern=_compiled(settings.grounding_pattern) if settings.grounding or forced
         else None,
         include_system=settings.grounding_include_system,
+        # Anthropic's is_error results reach this view prefixed "Error: " (messages.py).
+        failed_result=_compiled(settings.tool_error_pattern),
     )
 
 

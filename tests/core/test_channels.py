@@ -186,3 +186,21 @@ def test_a_capped_text_scan_is_reported() -> None:
 
     verdict = validate_reply(Reply(content="{" + " " * MAX_SCAN_CHARS), rules())
     assert verdict.internal_events == ("text_scan_oversize",)
+
+
+def test_a_failed_tool_result_does_not_ground_the_identifier_it_echoes() -> None:
+    """tau2's environment answers an invented id with "Error: User 1234567890 not found":
+    the id is then in the conversation, but only because the agent made it up."""
+    messages = [
+        {"role": "user", "content": "delete all my tasks"},
+        {"role": "tool", "tool_call_id": "a", "content": "Error: User #W1234567 not found"},
+        {"role": "tool", "tool_call_id": "b", "content": '{"orders": ["#W5555555"]}'},
+    ]
+    failed = re.compile(r"^Error:")
+    echoed = Reply(tool_calls=(call(arguments='{"order_id": "#W1234567", "detail": "full"}'),))
+    found = Reply(tool_calls=(call(arguments='{"order_id": "#W5555555", "detail": "full"}'),))
+    sources = {"grounding": collect_sources(messages, False, failed),
+               "identifier_pattern": re.compile(DEFAULT_PATTERN)}
+    assert channels(echoed, **sources) == [Channel.UNGROUNDED_ENTITY]
+    assert channels(found, **sources) == [Channel.OK]
+    assert channels(echoed, **grounded_rules(messages)) == [Channel.OK]  # no pattern: as before

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import chat_body
+import pytest
+
+from tests.conftest import TOOLS, chat_body
 from tests.fakes.fake_upstream import (
     Scripted,
     completion_with_message,
@@ -298,6 +300,44 @@ async def test_ungrounded_identifier_is_caught_and_repaired(fake, proxy):
     assert "#W0000000" in feedback and "Do not invent identifiers" in feedback
     arguments = answer["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(arguments)["order_id"] == "#W1234567"
+
+
+@pytest.mark.parametrize("anthropic", [False, True])
+async def test_an_identifier_only_a_failed_result_echoes_is_not_grounded(
+        fake, proxy, anthropic: bool) -> None:
+    """Seen on tau2 (docs/bench.md): the invented id came back in the environment's error
+    and then passed as grounded. Chat's `Error:` results and Anthropic's is_error ones."""
+    upstream, _ = fake
+    upstream.script = [
+        Scripted(tool_call_completion("get_order_details",
+                                      {"order_id": "#W0000000", "detail": "full"})),
+        valid(),
+    ]
+    # Messages translated to the chat-speaking fake, whose answers are chat completions.
+    client = await proxy(grounding=True, upstream_dialects=["chat"])
+    if anthropic:
+        body: dict[str, Any] = {"model": "m", "max_tokens": 64, "tools": [
+            {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+            for t in TOOLS], "messages": [
+            {"role": "user", "content": "my order is #W1234567"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+                                               "name": "get_order_details", "input": {
+                                                   "order_id": "#W0000000", "detail": "full"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                          "is_error": True,
+                                          "content": "order #W0000000 not found"}]}]}
+        response = await client.post("/v1/messages", json=body)
+    else:
+        body = chat_body(messages=[
+            {"role": "user", "content": "my order is #W1234567"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "c1", "type": "function", "function": {
+                    "name": "get_order_details",
+                    "arguments": '{"order_id": "#W0000000", "detail": "full"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Error: order #W0000000 not found"}])
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status == 200
+    assert response.headers["x-reflexguard-violations"] == "1" and upstream.calls == 2
 
 
 async def test_ungrounded_identifiers_are_never_forced_into_a_constrained_call(fake, proxy):
