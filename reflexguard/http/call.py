@@ -139,11 +139,16 @@ class GuardedCall:
 
     def finish(self, result: LadderResult) -> dict[str, str]:
         upstream = sum(a.upstream_seconds for a in result.attempts)
-        added = max(0.0, time.perf_counter() - self.started - upstream)
+        return self.finished(upstream, result.upstream_calls, result.violations)
+
+    def finished(self, upstream_seconds: float, attempts: int, violations: int,
+                 ) -> dict[str, str]:
+        """The time reflexguard added, observed, and the guarded answer's headers."""
+        added = max(0.0, time.perf_counter() - self.started - upstream_seconds)
         self.guard.telemetry.added_seconds.observe(added)
         return {
-            "x-reflexguard-attempts": str(result.upstream_calls),
-            "x-reflexguard-violations": str(result.violations),
+            "x-reflexguard-attempts": str(attempts),
+            "x-reflexguard-violations": str(violations),
             "x-reflexguard-request-id": self.request_id,
             **self.budget_headers(),
         }
@@ -198,10 +203,8 @@ class GuardedCall:
         telemetry.clean_answer(names, self.request_id, self.session, self.chat.model,
                                self.rules.toolset.digest, self.chat.stream, self.dialect,
                                seconds, self.session_errors())
-        telemetry.added_seconds.observe(max(0.0, time.perf_counter() - self.started - seconds))
-        headers = {"x-reflexguard-attempts": "1", "x-reflexguard-violations": "0",
-                   "x-reflexguard-request-id": self.request_id, **self.budget_headers()}
-        return web.Response(body=body, content_type=JSON, headers=headers)
+        return web.Response(body=body, content_type=JSON,
+                            headers=self.finished(seconds, attempts=1, violations=0))
 
     def deadline_failure(self) -> UpstreamTimeout:
         self.guard.telemetry.fallback("request_deadline", request_id=self.request_id,
