@@ -23,7 +23,7 @@ from prometheus_client import values as prometheus_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from reflexguard.core.channels import Channel
-from reflexguard.core.ladder import Attempt, Outcome
+from reflexguard.core.ladder import Attempt, AttemptKind, Outcome
 from reflexguard.core.limits import clip, safe_label
 from reflexguard.core.margins import CallMargin
 from reflexguard.ops.events import AttemptEvent, CallEvent, FallbackEvent, OutcomeEvent
@@ -199,13 +199,10 @@ class Telemetry:
                  and not internal)
         if clean and self._events is None:
             return
-        self._write({
-            "event": "attempt", "ts": time.time(), "request_id": request_id,
-            "session": session, "model": model, "attempt": attempt.number,
-            "kind": attempt.kind, "calls": calls, "fixes": list(attempt.fixes),
-            "toolset": toolset_hash, "latency_ms": round(attempt.upstream_seconds * 1000, 3),
-            "stream": stream, "dialect": dialect,
-        }, logged=not clean)
+        self._write(_attempt_event(request_id, session, model, attempt.number, attempt.kind,
+                                   calls, list(attempt.fixes), toolset_hash,
+                                   attempt.upstream_seconds, stream, dialect),
+                    logged=not clean)
 
     def clean_answer(self, names: Sequence[str], request_id: str, session: str | None,
                      model: str, toolset_hash: str, stream: bool, dialect: str,
@@ -219,13 +216,9 @@ class Telemetry:
             calls: list[CallEvent] = [
                 {"channel": str(Channel.OK), "name": safe_label(name), "detail": ""}
                 for name in names]
-            self._write({
-                "event": "attempt", "ts": time.time(), "request_id": request_id,
-                "session": session, "model": model, "attempt": 1, "kind": "initial",
-                "calls": calls, "fixes": [], "toolset": toolset_hash,
-                "latency_ms": round(upstream_seconds * 1000, 3), "stream": stream,
-                "dialect": dialect,
-            }, logged=False)
+            self._write(_attempt_event(request_id, session, model, 1, "initial", calls, [],
+                                       toolset_hash, upstream_seconds, stream, dialect),
+                        logged=False)
         if session:
             self.sessions.finish(request_id, session, "clean", environment_errors)
 
@@ -281,3 +274,17 @@ class Telemetry:
         # declared keys, the record is open.
         self._write(cast(FallbackEvent, {"event": "fallback", "ts": time.time(), "kind": kind,
                                          **fields}))
+
+
+def _attempt_event(request_id: str, session: str | None, model: str, number: int,
+                   kind: AttemptKind,
+                   calls: list[CallEvent], fixes: list[str], toolset_hash: str,
+                   upstream_seconds: float, stream: bool, dialect: str) -> AttemptEvent:
+    """One attempt's events-file record, as both the ladder's path and the clean-answer
+    shortcut write it."""
+    return {
+        "event": "attempt", "ts": time.time(), "request_id": request_id,
+        "session": session, "model": model, "attempt": number, "kind": kind,
+        "calls": calls, "fixes": fixes, "toolset": toolset_hash,
+        "latency_ms": round(upstream_seconds * 1000, 3), "stream": stream, "dialect": dialect,
+    }
