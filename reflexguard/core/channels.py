@@ -12,6 +12,11 @@ class Channel(StrEnum):
     CHOICE_VIOLATION = "choice_violation"
     EMPTY_REPLY = "empty_reply"
     UNGROUNDED_ENTITY = "ungrounded_entity"
+    # Not a reply's call: a historical call in the request, repaired before forwarding
+    # (reflexguard/core/history.py). Counted by kind, never among a reply's channels.
+    HISTORY_REPAIRED = "history_repaired"
 
 
-ERROR_CHANNELS: tuple[Channel, ...] = tuple(c for c in Channel if c is not Channel.OK)
+# The channels a reply's tool call can fall into, OK aside.
+ERROR_CHANNELS: tuple[Channel, ...] = tuple(
+    c for c in Channel if c not in (Channel.OK, Channel.HISTORY_REPAIRED))

@@ -22,6 +22,7 @@ from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import safe_label
 from reflexguard.core.urls import UnsafePath, passthrough_tail, redact
 from reflexguard.dialects.chat_request import read_request
+from reflexguard.dialects.history import clean_history
 from reflexguard.dialects.messages import MESSAGES
 from reflexguard.dialects.native import Dialect, read_dialect_request
 from reflexguard.dialects.responses import RESPONSES
@@ -55,7 +56,7 @@ class Routes(GuardContext):
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            raw = await self._body(request)
+            raw = self._history(await self._body(request), "chat")
             chat = read_request(raw, self.toolsets, self.grounding, self.settings.max_json_depth)
         except BadRequest as exc:
             return bad_request(exc)
@@ -92,7 +93,7 @@ class Routes(GuardContext):
         """Anthropic Messages or OpenAI Responses, guarded over the same core."""
         started = time.perf_counter()
         try:
-            raw = await self._body(request)
+            raw = self._history(await self._body(request), dialect.name)
             parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
                                           self.settings.max_json_depth)
         except BadRequest as exc:
@@ -193,6 +194,15 @@ class Routes(GuardContext):
                              status=413, code="request_too_large") from None
         return decoded_body(raw, request.headers.get("Content-Encoding"),
                             self.settings.max_body_bytes)
+
+    def _history(self, raw: bytes, dialect: str) -> bytes:
+        """The bytes to forward: the client's, unless a historical tool call would make the
+        model server refuse the conversation (dialects/history.py); then a repaired copy,
+        counted (channel history_repaired) and logged."""
+        cleaned, report = clean_history(raw, dialect)
+        if report.changed:
+            self.telemetry.history_repaired(report.kinds, dialect)
+        return cleaned
 
     def _denied(self, request: web.Request) -> web.Response | None:
         """The admin routes' bearer check, when `admin_token` is set."""

@@ -65,7 +65,18 @@ class FallbackEvent(TypedDict, total=False):
     session: str | None
 
 
-Event = Annotated[AttemptEvent | OutcomeEvent | FallbackEvent, Field(discriminator="event")]
+class HistoryEvent(TypedDict):
+    """Historical calls repaired in a request before it was forwarded (channel
+    history_repaired, docs/channels.md): how many of each kind."""
+
+    event: Literal["history_repaired"]
+    ts: float
+    dialect: str
+    kinds: dict[str, int]
+
+
+Event = Annotated[AttemptEvent | OutcomeEvent | FallbackEvent | HistoryEvent,
+                  Field(discriminator="event")]
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 
 

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,7 +26,13 @@ from reflexguard.core.channels import Channel
 from reflexguard.core.ladder import Attempt, AttemptKind, Outcome
 from reflexguard.core.limits import clip, safe_label
 from reflexguard.core.margins import CallMargin
-from reflexguard.ops.events import AttemptEvent, CallEvent, FallbackEvent, OutcomeEvent
+from reflexguard.ops.events import (
+    AttemptEvent,
+    CallEvent,
+    FallbackEvent,
+    HistoryEvent,
+    OutcomeEvent,
+)
 from reflexguard.ops.state import SessionState, memory_state
 
 DETAIL_LIMIT = 600  # a violation's detail quotes model output, which may be megabytes
@@ -118,6 +124,11 @@ class Telemetry:
         self.thin_margins = PromCounter(
             "reflexguard_thin_margin_calls", "Tool calls whose name margin is below "
             "margin_threshold", ["model"], registry=self.registry,
+        )
+        self.history = PromCounter(
+            "reflexguard_history_repaired", "Historical tool calls repaired before "
+            "forwarding (channel history_repaired), by kind", ["kind", "dialect"],
+            registry=self.registry,
         )
         # Replaced by the app's own (GuardContext) when it has settings: memory or Redis.
         self.sessions: SessionState = memory_state()
@@ -260,6 +271,17 @@ class Telemetry:
                          "request_id": request_id, "session": session, "dialect": dialect})
         for kind in fallbacks:
             self.fallback(kind, request_id=request_id, session=session)
+
+    def history_repaired(self, kinds: Mapping[str, int], dialect: str) -> None:
+        """A request's history repaired before forwarding: counted by kind, a WARNING (the
+        agent's stored conversation carries what a server would refuse) and an event."""
+        for kind, count in kinds.items():
+            self.history.labels(kind, dialect).inc(count)
+        record: HistoryEvent = {"event": "history_repaired", "ts": time.time(),
+                                "dialect": dialect, "kinds": dict(kinds)}
+        self.log.warning("history_repaired", dialect=dialect, kinds=record["kinds"])
+        if self._events is not None:
+            append_line(self._events, dumps(record) + b"\n")
 
     def client_gone(self, **fields: Any) -> None:
         """The agent disconnected: one info line, one count, and the work stops."""
