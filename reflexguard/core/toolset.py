@@ -14,12 +14,31 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import jsonschema_rs
 import orjson
 
+from reflexguard.core.limits import (
+    DEFAULT_MAX_SCHEMA_NODES,
+    ERROR_DETAIL_BUDGET,
+    ERROR_MESSAGE_LIMIT,
+    PATTERN_BACKTRACK_LIMIT,
+    clip,
+)
+from reflexguard.core.schema_cost import (
+    SchemaTooCostly,
+    schema_cost,
+    schema_patterns,
+    unbounded_lookbehind,
+)
+
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+# fancy-regex hands patterns without lookaround or backreferences to the linear-time
+# regex crate whole; the rest run under this backtracking limit (docs/decisions.md).
+PATTERN_OPTIONS = jsonschema_rs.FancyRegexOptions(backtrack_limit=PATTERN_BACKTRACK_LIMIT)
+_REGEX_FAULT = "Error executing regex"  # jsonschema-rs's message when a limit is hit
 
 
 class InvalidToolSchema(ValueError):
@@ -29,6 +48,20 @@ class InvalidToolSchema(ValueError):
         super().__init__(f"tool {tool_name!r} has invalid parameters: {reason}")
         self.tool_name = tool_name
         self.param = f"tools[{index}].function.parameters"
+
+
+class PatternUnevaluable(RuntimeError):
+    """A `pattern` that could not be evaluated within its limit: the validator's fault,
+    never the model's (validate.py records it as validator_error)."""
+
+
+class CompileNeeded(Exception):
+    """A deferring cache's miss: the tools to compile off the loop (ToolSetCache)."""
+
+    def __init__(self, key: bytes, tools: list[Any] | None, raw: bytes | None,
+                 max_depth: int | None) -> None:
+        super().__init__("tool set not compiled yet")
+        self.key, self.tools, self.raw, self.max_depth = key, tools, raw, max_depth
 
 
 class ToolsTooDeep(ValueError):
@@ -52,6 +85,9 @@ class ToolSpec:
     name: str
     parameters: dict[str, Any]
     validator: Any  # a compiled jsonschema_rs validator
+    cost: int = 1  # expanded schema nodes (core/schema_cost.py)
+    fanout: int = 0  # of which in anyOf/oneOf branches: what building an error costs
+    backtracking: bool = False  # a pattern needs fancy-regex's backtracking (may fault)
 
     def accepts(self, arguments: object) -> bool:
         """Whether the arguments fit, without building error messages; a validator fault
@@ -62,12 +98,30 @@ class ToolSpec:
             return False
 
     def errors(self, arguments: object) -> list[str]:
-        """Human-readable schema errors, each with the path it concerns."""
-        messages: list[str] = []
-        for error in self.validator.iter_errors(arguments):
-            path = "/".join(str(p) for p in error.instance_path)
-            messages.append(f"{path or '(root)'}: {error.message}")
-        return messages
+        """The first schema error, with the path it concerns; [] when the arguments fit.
+
+        Validity first: `is_valid` stops at the first failure. Then one message, from
+        `validate`, which also stops at the first: jsonschema-rs 0.60's `iter_errors`
+        builds every error before it yields one (2,000 wrong items of a 20,000-value enum:
+        12 s for the first), so even `islice` over it is not lazy. Building the message
+        is bounded too: under anyOf/oneOf it carries every branch's errors, so past
+        ERROR_DETAIL_BUDGET the message says only that the arguments do not fit.
+        Raises PatternUnevaluable when a pattern's backtracking limit was hit."""
+        if self.validator.is_valid(arguments):
+            return []
+        if self.fanout and self.fanout * _values(arguments, ERROR_DETAIL_BUDGET) \
+                > ERROR_DETAIL_BUDGET:
+            if self.backtracking:  # a pattern may have hit its limit: we cannot tell
+                raise PatternUnevaluable(f"{self.name}: no detail within the budget")
+            return [f"(root): the arguments do not match the schema of {self.name!r}"]
+        try:
+            self.validator.validate(arguments)
+        except jsonschema_rs.ValidationError as error:
+            if error.message.startswith(_REGEX_FAULT):
+                raise PatternUnevaluable(f"{self.name}: {error.message}") from None
+            path = "/".join(str(p) for p in islice(error.instance_path, 20))
+            return [f"{clip(path, 200) or '(root)'}: {clip(error.message, ERROR_MESSAGE_LIMIT)}"]
+        return []  # is_valid and validate disagreed: trust the one that says it fits
 
 
 @dataclass(frozen=True)
@@ -83,6 +137,20 @@ class ToolSet:
 
     def get(self, name: str) -> ToolSpec | None:
         return self.specs.get(name)
+
+
+def _values(value: object, limit: int) -> int:
+    """How many JSON values `value` holds, counting stopped past `limit`."""
+    count = 0
+    stack: list[object] = [value]
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
 
 
 def _refuse_remote(uri: str) -> Any:
@@ -135,7 +203,51 @@ def nesting_depth(value: object) -> int:
     return deepest
 
 
-def _compile(tools: list[Any], digest: str, depth: int) -> ToolSet:
+def _spec(name: str, index: int, parameters: dict[str, Any], max_nodes: int) -> ToolSpec:
+    """One tool's validator, its cost measured and its patterns checked before it is
+    built (the validator would compile a 2^40 schema happily and wedge on its use)."""
+    checked = _local_metaschema(parameters, name, index)
+    try:
+        jsonschema_rs.meta.validate(checked)
+    except Exception as exc:  # the library raises several types for bad schemas
+        raise InvalidToolSchema(name, index, _first_line(exc)) from None
+    try:
+        cost, fanout = schema_cost(checked, max_nodes)
+        backtracking = False
+        for pattern in schema_patterns(checked, 8 * max_nodes):
+            if unbounded_lookbehind(pattern):
+                raise SchemaTooCostly(
+                    f"its pattern {clip(pattern, 80)!r} has a lookbehind over an unbounded "
+                    "repetition, whose cost grows with the square of the argument's length")
+            backtracking = backtracking or not _linear(pattern)
+    except SchemaTooCostly as exc:
+        raise InvalidToolSchema(name, index, str(exc)) from None
+    try:
+        validator = jsonschema_rs.validator_for(
+            checked, retriever=_refuse_remote, pattern_options=PATTERN_OPTIONS)
+    except Exception as exc:  # the library raises several types for bad schemas
+        raise InvalidToolSchema(name, index, _first_line(exc)) from None
+    return ToolSpec(name=name, parameters=parameters, validator=validator, cost=cost,
+                    fanout=fanout, backtracking=backtracking)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _linear(pattern: str) -> bool:
+    """Whether the linear-time regex crate takes `pattern` (no lookaround, no
+    backreference), so no backtracking limit can be hit while evaluating it."""
+    try:
+        jsonschema_rs.validator_for({"pattern": pattern},
+                                    pattern_options=jsonschema_rs.RegexOptions())
+    except Exception:  # not a regex for that engine: a backtracking one
+        return False
+    return True
+
+
+def _compile(tools: list[Any], digest: str, depth: int,
+             max_nodes: int = DEFAULT_MAX_SCHEMA_NODES) -> ToolSet:
     specs: dict[str, ToolSpec] = {}
     for index, tool in enumerate(tools):
         if not isinstance(tool, dict):
@@ -153,14 +265,7 @@ def _compile(tools: list[Any], digest: str, depth: int) -> ToolSet:
             parameters = EMPTY_PARAMETERS
         if not isinstance(parameters, dict):
             raise InvalidToolSchema(name, index, "parameters must be a JSON object")
-        checked = _local_metaschema(parameters, name, index)
-        try:
-            jsonschema_rs.meta.validate(checked)
-            validator = jsonschema_rs.validator_for(checked, retriever=_refuse_remote)
-        except Exception as exc:  # the library raises several types for bad schemas
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InvalidToolSchema(name, index, reason) from None
-        specs[name] = ToolSpec(name=name, parameters=parameters, validator=validator)
+        specs[name] = _spec(name, index, parameters, max_nodes)
     schema_text = orjson.dumps(tools).decode().casefold()
     return ToolSet(digest=digest, specs=specs, schema_text=schema_text, depth=depth)
 
@@ -170,9 +275,20 @@ class ToolSetCache:
     list (the hot path), and by its canonical digest (key order ignored), which a miss
     falls back to, so tool lists that differ only in key order or whitespace share one
     compiled set. The exact key is the bytes themselves, compared in full on a hash match,
-    so no collision can return another request's tools."""
+    so no collision can return another request's tools.
 
-    def __init__(self, capacity: int = 256, exact_key_bytes: int = 16 * 1024 * 1024) -> None:
+    With `defer`, a miss raises CompileNeeded instead of compiling: the HTTP edge runs
+    `prepare` in a worker thread and `store`s its outcome, so a new tool set (2,000 tools:
+    ~0.4 s) never blocks the event loop, and a hit costs what it did."""
+
+    def __init__(self, capacity: int = 256, exact_key_bytes: int = 16 * 1024 * 1024,
+                 max_schema_nodes: int = DEFAULT_MAX_SCHEMA_NODES,
+                 defer: bool = False) -> None:
+        self.max_schema_nodes = max_schema_nodes
+        self.defer = defer
+        # Outcomes other than a tool set (an empty list, a refusal), by exact key, so the
+        # request that waited on `prepare` reads them as if compiled in place.
+        self._settled: OrderedDict[bytes, Exception | None] = OrderedDict()
         self._capacity = capacity
         self._entries: OrderedDict[bytes, ToolSet] = OrderedDict()  # by canonical digest
         self._exact: OrderedDict[bytes, ToolSet] = OrderedDict()  # by serialisation
@@ -192,6 +308,8 @@ class ToolSetCache:
             raise InvalidTools(f"tools cannot be serialised: {exc}") from None
         found = self._exact.get(key)
         if found is None:
+            if self.defer:
+                self._settled_or_defer(key, tools, None, max_depth)
             found = self._canonical(tools, max_depth)
             self._remember(key, found)
         else:
@@ -207,6 +325,8 @@ class ToolSetCache:
         miss. Raises orjson.JSONDecodeError for bytes that are not JSON."""
         found = self._exact.get(raw)
         if found is None:
+            if self.defer and self._settled_or_defer(raw, None, raw, max_depth):
+                return None
             tools = orjson.loads(raw)
             if not isinstance(tools, list):
                 raise InvalidTools("'tools' must be an array")
@@ -221,6 +341,48 @@ class ToolSetCache:
             raise ToolsTooDeep(max_depth)
         return found
 
+    def _settled_or_defer(self, key: bytes, tools: list[Any] | None, raw: bytes | None,
+                          max_depth: int | None) -> bool:
+        """True for a settled empty list; raises a settled refusal, or CompileNeeded."""
+        if key in self._settled:
+            outcome = self._settled[key]
+            if outcome is None:
+                return True
+            raise outcome
+        raise CompileNeeded(key, tools, raw, max_depth)
+
+    def prepare(self, miss: CompileNeeded) -> tuple[bytes, ToolSet] | Exception | None:
+        """What the miss compiles to, touching nothing this cache holds (safe in a worker
+        thread): (canonical digest, tool set), the refusal to raise, or None (empty)."""
+        scratch = ToolSetCache(capacity=1, max_schema_nodes=self.max_schema_nodes)
+        try:
+            if miss.raw is not None:
+                found = scratch.get_serialised(miss.raw, miss.max_depth)
+            else:
+                assert miss.tools is not None
+                found = scratch.get(miss.tools, miss.max_depth)
+        except (InvalidTools, InvalidToolSchema, ToolsTooDeep, orjson.JSONDecodeError) as exc:
+            return exc
+        if found is None:
+            return None
+        return next(iter(scratch._entries)), found
+
+    def store(self, miss: CompileNeeded,
+              outcome: tuple[bytes, ToolSet] | Exception | None) -> None:
+        """Keep what `prepare` made of `miss`, on the loop's thread."""
+        self.misses += 1
+        if outcome is None or isinstance(outcome, Exception):
+            self._settled[miss.key] = outcome
+            if len(self._settled) > self._capacity:
+                self._settled.popitem(last=False)
+            return
+        digest, toolset = outcome
+        toolset = self._entries.setdefault(digest, toolset)
+        self._entries.move_to_end(digest)
+        if len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+        self._remember(miss.key, toolset)
+
     def _canonical(self, tools: list[Any], max_depth: int | None) -> ToolSet:
         depth = nesting_depth(tools)
         if max_depth is not None and depth > max_depth:
@@ -232,7 +394,7 @@ class ToolSetCache:
             self.hits += 1
             return cached
         self.misses += 1
-        compiled = _compile(tools, digest.hex()[:16], depth)
+        compiled = _compile(tools, digest.hex()[:16], depth, self.max_schema_nodes)
         self._entries[digest] = compiled
         if len(self._entries) > self._capacity:
             self._entries.popitem(last=False)

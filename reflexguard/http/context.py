@@ -6,10 +6,11 @@ This is an I/O edge only by what it holds; building it opens nothing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from reflexguard.core.toolset import ToolSetCache
+from reflexguard.core.toolset import CompileNeeded, ToolSetCache
 from reflexguard.http.upstream import Upstream
 from reflexguard.ops.config import Settings
 from reflexguard.ops.policy import grounding_policy, guard_policy
@@ -29,7 +30,9 @@ class GuardContext:
         self.upstream = upstream
         self.telemetry = telemetry
         self.health: HealthCheck | None = None
-        self.toolsets = ToolSetCache()
+        # defer: a new tool set is compiled in a worker thread (compile_tools), never on
+        # the loop; a cached one costs what it did (issue 18, docs/reliability.md).
+        self.toolsets = ToolSetCache(max_schema_nodes=settings.max_schema_nodes, defer=True)
         self.grounding = grounding_policy(settings)
         self.policy = guard_policy(settings)
         # Sessions, in memory or on Redis (docs/scaling.md); telemetry records into them.
@@ -37,3 +40,11 @@ class GuardContext:
                                       settings.state_timeout, telemetry.fallback,
                                       lambda kind: telemetry.fallbacks.labels(kind).inc())
         telemetry.sessions = self.sessions
+
+    async def compile_tools(self, miss: CompileNeeded) -> None:
+        """Compile a tool set the cache has not seen in a worker thread, then keep it: the
+        request that missed reads it next as a hit, with no await in between. Compiling
+        is Python between short native calls, so the loop gets the GIL back at each
+        switch interval (2,000 tools: ~0.4 s of compiling, docs/reliability.md)."""
+        outcome = await asyncio.to_thread(self.toolsets.prepare, miss)
+        self.toolsets.store(miss, outcome)
