@@ -20,6 +20,7 @@ from reflexguard.core.bodies import UndecodableBody, decoded_body
 from reflexguard.core.budget import BUDGET_HEADER
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import safe_label
+from reflexguard.core.toolset import CompileNeeded
 from reflexguard.core.urls import UnsafePath, passthrough_tail, redact
 from reflexguard.dialects.chat_request import read_request
 from reflexguard.dialects.history import clean_history
@@ -57,7 +58,13 @@ class Routes(GuardContext):
         started = time.perf_counter()
         try:
             raw = self._history(await self._body(request), "chat")
-            chat = read_request(raw, self.toolsets, self.grounding, self.settings.max_json_depth)
+            try:
+                chat = read_request(raw, self.toolsets, self.grounding,
+                                    self.settings.max_json_depth)
+            except CompileNeeded as miss:  # a new tool set: compiled off the loop (issue 18)
+                await self.compile_tools(miss)
+                chat = read_request(raw, self.toolsets, self.grounding,
+                                    self.settings.max_json_depth)
         except BadRequest as exc:
             return bad_request(exc)
         headers = self.upstream.headers(request.headers)
@@ -94,8 +101,13 @@ class Routes(GuardContext):
         started = time.perf_counter()
         try:
             raw = self._history(await self._body(request), dialect.name)
-            parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
-                                          self.settings.max_json_depth)
+            try:
+                parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
+                                              self.settings.max_json_depth)
+            except CompileNeeded as miss:  # a new tool set: compiled off the loop (issue 18)
+                await self.compile_tools(miss)
+                parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
+                                              self.settings.max_json_depth)
         except BadRequest as exc:
             response = dialect_bad_request(dialect, exc)
             if isinstance(exc, UndecodableBody):

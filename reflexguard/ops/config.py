@@ -23,7 +23,7 @@ from pydantic_settings import (
 
 from reflexguard.core.grounding import DEFAULT_PATTERN
 from reflexguard.core.ladder import MAX_REPAIRS_CEILING, OnExhausted
-from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
+from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_SCHEMA_NODES
 from reflexguard.core.repair import ConstrainedMode
 from reflexguard.dialects.native import DIALECTS, DialectName
 
@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     grounding_include_system: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_json_depth: int = Field(DEFAULT_MAX_JSON_DEPTH, ge=8, le=200)
+    max_schema_nodes: int = Field(
+        DEFAULT_MAX_SCHEMA_NODES, ge=100, le=10_000_000,
+        description="a tool schema expanding past this many nodes gets 400 (issue 18)")
     admin_token: SecretStr | None = Field(
         None, description="bearer token required by /metrics and /reflexguard/*")
     # Scale-out (docs/scaling.md): worker processes on one port, and where sessions live.
