@@ -3,6 +3,11 @@
 Nothing here does I/O. Text deltas are released at once unless the text so far could
 be the start of a call written as text (`{`, `[`, a code fence, `<tool_call>`): then it
 is held with the tool-call deltas until the choice finishes and has been validated.
+
+The decision needs only the text's first visible characters (as many as the longest
+opening), so that head is all that is kept to decide: a held stream costs O(1) per delta,
+the text joined once at the end (a 160 KB code block in 40,000 deltas, re-joined on
+every delta, cost 16.8 s of loop CPU; issue 18).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from reflexguard.core.ladder import Attempt, LadderResult, agent_completion
 from reflexguard.core.model import JsonObject, Reply, ToolCall, as_object
 
 CALL_OPENINGS = ("{", "[", "```", "<tool_call>")
+# Past this many visible characters the head decides for good: held or released.
+DECIDING_HEAD = max(map(len, CALL_OPENINGS))
 DONE = b"data: [DONE]\n\n"
 
 
@@ -52,6 +59,7 @@ class StreamAssembler:
     released_text: bool = False
     pending_flush: str | None = None
     other_choices: bool = False
+    head: str = ""  # the text's first visible characters, at most DECIDING_HEAD
 
     def feed(self, chunk: JsonObject) -> bool:
         """Record a chunk; True when its raw bytes may be forwarded to the client now."""
@@ -93,7 +101,11 @@ class StreamAssembler:
         """Whether this text delta may pass; may queue earlier held text for a flush."""
         if self.released_text:
             return True
-        if self.hold_all_text or self.calls or _could_open_call("".join(self.content)):
+        if len(self.head) < DECIDING_HEAD:  # only the head decides: O(1) once it is full
+            text = self.content[-1]
+            self.head = ((self.head + text[:DECIDING_HEAD]) if self.head
+                         else text.lstrip())[:DECIDING_HEAD]
+        if self.hold_all_text or self.calls or _could_open_call(self.head):
             return False
         self.released_text = True
         if len(self.content) > 1:

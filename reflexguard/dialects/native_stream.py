@@ -14,6 +14,16 @@ from typing import Any
 import orjson
 
 from reflexguard.core.model import JsonObject, as_object
+from reflexguard.dialects.native_events import (
+    THINKING,
+    MessagesEvents,
+    ResponsesEvents,
+    count_of,
+)
+
+__all__ = ["MessagesEvents", "MessagesWriter", "ResponsesEvents", "ResponsesWriter", "event",
+           "message_events", "messages_error_event", "response_events",
+           "responses_error_event"]
 
 
 def event(name: str, data: JsonObject) -> bytes:
@@ -21,8 +31,6 @@ def event(name: str, data: JsonObject) -> bytes:
 
 
 # -- Anthropic Messages -------------------------------------------------------------------
-
-THINKING = ("thinking", "redacted_thinking")
 
 
 def _block_events(index: int, block: JsonObject) -> list[bytes]:
@@ -50,7 +58,8 @@ def _block_events(index: int, block: JsonObject) -> list[bytes]:
 
 def message_start(message: JsonObject) -> bytes:
     usage = dict(as_object(message.get("usage")))
-    usage["output_tokens"] = min(1, usage.get("output_tokens", 0) or 0)
+    usage["input_tokens"] = count_of(usage.get("input_tokens"))
+    usage["output_tokens"] = min(1, count_of(usage.get("output_tokens")))
     start = {**{k: v for k, v in message.items() if k not in ("content", "usage")},
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
     return event("message_start", {"type": "message_start", "message": start})
@@ -70,7 +79,7 @@ def message_events(message: JsonObject, started: bool = False,
         "type": "message_delta",
         "delta": {"stop_reason": message.get("stop_reason"),
                   "stop_sequence": message.get("stop_sequence")},
-        "usage": {"output_tokens": usage.get("output_tokens", 0)}}))
+        "usage": {"output_tokens": count_of(usage.get("output_tokens"))}}))
     events.append(event("message_stop", {"type": "message_stop"}))
     return events
 
@@ -141,9 +150,9 @@ def response_events(response: JsonObject) -> list[bytes]:
     return events
 
 
-def responses_error_event(message: str) -> bytes:
-    return event("error", {"type": "error", "sequence_number": 0, "code": "upstream_error",
-                           "message": message, "param": None})
+def responses_error_event(message: str, sequence_number: int = 0) -> bytes:
+    return event("error", {"type": "error", "sequence_number": sequence_number,
+                           "code": "upstream_error", "message": message, "param": None})
 
 
 # -- live streams: upstream events in, the core's chat chunks out, text written at once ---
@@ -287,6 +296,12 @@ class ResponsesWriter:
                 self.forwarded_ids.add(item["id"])
         return out
 
+    def error(self, message: str) -> bytes:
+        """The `error` event that ends this stream, numbered after the events before it."""
+        out = responses_error_event(message, self.seq.number)
+        self.seq.number += 1
+        return out
+
     def _items(self, items: list[JsonObject]) -> list[bytes]:
         out: list[bytes] = []
         for item in items:
@@ -327,142 +342,3 @@ class ResponsesWriter:
         out.append(self.seq(final, {"response": {**reply, "id": self.skeleton.get("id"),
                                                  "output": output}}))
         return out
-
-
-class MessagesEvents:
-    """A native Messages stream read into the chat chunks the core's assembler takes."""
-
-    def __init__(self) -> None:
-        self.skeleton: JsonObject = {}
-        self.calls: dict[int, int] = {}  # content block index -> call index
-        self.done = False
-        self.forward: list[JsonObject] = []  # thinking events to write as they are
-        self.reasoning: list[JsonObject] = []  # the thinking blocks, accumulated
-        self.thinking: dict[int, JsonObject] = {}  # content block index -> open block
-
-    def chunks(self, data: JsonObject) -> list[JsonObject]:
-        kind = data.get("type")
-        if kind == "message_start":
-            self.skeleton = as_object(data.get("message"))
-            return [self._chunk({"role": "assistant"})]
-        if kind in ("content_block_start", "content_block_delta", "content_block_stop") \
-                and self._thinking(data):
-            return []
-        if kind == "content_block_start":
-            block = as_object(data.get("content_block"))
-            if block.get("type") == "tool_use":
-                index = self.calls.setdefault(int(data.get("index", 0)), len(self.calls))
-                return [self._chunk({"tool_calls": [{"index": index, "id": block.get("id"),
-                                                     "function": {"name": block.get("name"),
-                                                                  "arguments": ""}}]})]
-            if block.get("type") == "text" and block.get("text"):
-                return [self._chunk({"content": block["text"]})]
-            return []
-        if kind == "content_block_delta":
-            delta = as_object(data.get("delta"))
-            if delta.get("type") == "text_delta":
-                return [self._chunk({"content": delta.get("text", "")})]
-            if delta.get("type") == "input_json_delta":
-                index = self.calls.get(int(data.get("index", 0)), 0)
-                return [self._chunk({"tool_calls": [{"index": index, "function": {
-                    "arguments": delta.get("partial_json", "")}}]})]
-            return []
-        if kind == "message_delta":
-            stop = as_object(data.get("delta")).get("stop_reason")
-            usage = {**as_object(self.skeleton.get("usage")), **as_object(data.get("usage"))}
-            self.skeleton = {**self.skeleton, "usage": usage,
-                             "stop_reason": stop}
-            prompt, output = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
-            finish = {"end_turn": "stop", "tool_use": "tool_calls",
-                      "max_tokens": "length"}.get(str(stop), "stop")
-            return [{**self._chunk({}, finish), "usage": {
-                "prompt_tokens": prompt, "completion_tokens": output,
-                "total_tokens": prompt + output}}]
-        if kind == "message_stop":
-            self.done = True
-        return []
-
-    def _thinking(self, data: JsonObject) -> bool:
-        """Whether `data` is an event of a thinking block: if so kept to forward, and the
-        block accumulated (thinking and signature deltas) for the re-ask's echo."""
-        index = data.get("index")
-        if not isinstance(index, int):
-            return False
-        if data.get("type") == "content_block_start":
-            block = as_object(data.get("content_block"))
-            if block.get("type") not in THINKING:
-                return False
-            self.thinking[index] = dict(block)
-            self.reasoning.append(self.thinking[index])
-        elif index not in self.thinking:
-            return False
-        elif data.get("type") == "content_block_delta":
-            block, delta = self.thinking[index], as_object(data.get("delta"))
-            for key in ("thinking", "signature"):
-                if isinstance(delta.get(key), str):
-                    block[key] = str(block.get(key) or "") + delta[key]
-        else:
-            del self.thinking[index]
-        self.forward.append(data)
-        return True
-
-    def _chunk(self, delta: JsonObject, finish: str | None = None) -> JsonObject:
-        return {"id": self.skeleton.get("id"), "model": self.skeleton.get("model"),
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-
-class ResponsesEvents:
-    """A native Responses stream read into the chat chunks the core's assembler takes."""
-
-    def __init__(self) -> None:
-        self.skeleton: JsonObject = {}
-        self.calls: dict[int, int] = {}  # output index -> call index
-        self.done = False
-        self.forward: list[JsonObject] = []  # reasoning item events to write as they are
-        self.reasoning: list[JsonObject] = []  # the reasoning items, done
-        self.passing: set[int] = set()  # output indices of reasoning items
-
-    def chunks(self, data: JsonObject) -> list[JsonObject]:
-        kind = data.get("type")
-        if kind == "response.created":
-            self.skeleton = as_object(data.get("response"))
-            return [self._chunk({"role": "assistant"})]
-        where = data.get("output_index")
-        if isinstance(where, int) and (where in self.passing or (
-                kind == "response.output_item.added"
-                and as_object(data.get("item")).get("type") == "reasoning")):
-            self.passing.add(where)
-            self.forward.append(data)
-            if kind == "response.output_item.done":
-                self.reasoning.append(as_object(data.get("item")))
-            return []
-        if kind == "response.output_item.added":
-            item = as_object(data.get("item"))
-            if item.get("type") == "function_call":
-                index = self.calls.setdefault(int(data.get("output_index", 0)), len(self.calls))
-                return [self._chunk({"tool_calls": [{"index": index, "id": item.get("call_id"),
-                                                     "function": {"name": item.get("name"),
-                                                                  "arguments": ""}}]})]
-            return []
-        if kind == "response.output_text.delta":
-            return [self._chunk({"content": data.get("delta", "")})]
-        if kind == "response.function_call_arguments.delta":
-            index = self.calls.get(int(data.get("output_index", 0)), 0)
-            return [self._chunk({"tool_calls": [{"index": index, "function": {
-                "arguments": data.get("delta", "")}}]})]
-        if kind in ("response.completed", "response.incomplete"):
-            self.done = True
-            response = as_object(data.get("response"))
-            self.skeleton = response  # its output items' ids are kept for valid calls
-            usage = as_object(response.get("usage"))
-            prompt, output = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
-            finish = "length" if kind == "response.incomplete" else (
-                "tool_calls" if self.calls else "stop")
-            return [{**self._chunk({}, finish), "usage": {
-                "prompt_tokens": prompt, "completion_tokens": output,
-                "total_tokens": prompt + output}}]
-        return []
-
-    def _chunk(self, delta: JsonObject, finish: str | None = None) -> JsonObject:
-        return {"id": self.skeleton.get("id"), "model": self.skeleton.get("model"),
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}

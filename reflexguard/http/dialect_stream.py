@@ -39,6 +39,7 @@ from reflexguard.http.streams import (
     ClientStream,
     SseObjects,
     StreamBroken,
+    sse_lines,
 )
 from reflexguard.http.upstream import UpstreamFailure
 
@@ -56,6 +57,32 @@ class _ChatEvents:
 
     def chunks(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         return [data]
+
+
+def _delta_of(chunk: dict[str, Any]) -> dict[str, Any]:
+    """The first choice's delta, whatever shape `choices` came in."""
+    choices = chunk.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return as_object(as_object(first).get("delta"))
+
+
+def _error_end(dialect: str, writer: list[Writer], message: str) -> bytes:
+    """The event that ends a started stream on a failure, in its dialect's grammar (never a
+    chat-format line on a Messages or Responses stream): Responses' `error` numbered after
+    the events already written."""
+    if dialect == "messages":
+        return messages_error_event(message)
+    if writer and isinstance(writer[0], ResponsesWriter):
+        return writer[0].error(message)
+    return responses_error_event(message)
+
+
+def _count_oddities(call: DialectCall, events: Events | _ChatEvents) -> None:
+    """Fields the native reader had to read leniently (null, a string, missing): counted
+    once per kind and stream, and logged."""
+    for field in getattr(events, "oddities", ()):
+        call.guard.telemetry.fallback("odd_stream_field", field=field, dialect=call.dialect,
+                                      request_id=call.request_id)
 
 
 def _writer(call: DialectCall, template: dict[str, Any]) -> Writer:
@@ -87,7 +114,7 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
                 forward = assembler.feed(chunk)
                 if not writer:
                     writer.append(_writer(call, _skeleton(call, events)))
-                text = as_object(as_object((chunk.get("choices") or [{}])[0]).get("delta"))
+                text = _delta_of(chunk)
                 if forward and isinstance(text.get("content"), str) and text["content"]:
                     await out.write(b"".join(writer[0].text(text["content"])))
                 if assembler.pending_flush is not None:
@@ -111,27 +138,42 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
 
 async def dialect_stream(call: DialectCall, request: web.Request) -> web.StreamResponse:
     out = ClientStream(request, headers={**EVENT_STREAM, **call.budget_headers()})
-    error_event = messages_error_event if call.dialect == "messages" else responses_error_event
+    writer: list[Writer] = []
     try:
-        async with asyncio.timeout_at(call.deadline):
-            return await _guarded(call, out)
+        try:
+            async with asyncio.timeout_at(call.deadline):
+                return await _guarded(call, out, writer)
+        except TimeoutError:
+            failure = call.deadline_failure()
+            if not out.started:
+                return dialect_upstream_error(call.dialect_spec, failure, call.native)
+            await out.write(_error_end(call.dialect, writer, str(failure)))
+            return await out.end()
+        except UpstreamFailure as exc:
+            if not out.started:
+                return dialect_upstream_error(call.dialect_spec, exc, call.native)
+            await out.write(_error_end(call.dialect, writer, str(exc)))
+            return await out.end()
+        except (ClientGone, asyncio.CancelledError):
+            raise
+        except Exception:
+            # A fault of ours: logged and counted, and said in the dialect's own format,
+            # as a status before the first byte, as its error event after.
+            call.guard.telemetry.log.exception("stream_failed", request_id=call.request_id,
+                                               dialect=call.dialect)
+            call.guard.telemetry.fallback("stream_internal_error", request_id=call.request_id)
+            if not out.started:
+                return dialect_error(call.dialect_spec, 500, "internal error in reflexguard; "
+                                     "see its log", code="internal")
+            await out.write(_error_end(call.dialect, writer, "internal error in reflexguard"))
+            return await out.end()
     except ClientGone:
         call.guard.telemetry.client_gone(request_id=call.request_id, session=call.session)
         return out.response
-    except TimeoutError:
-        failure = call.deadline_failure()
-        if not out.started:
-            return dialect_upstream_error(call.dialect_spec, failure, call.native)
-        await out.write(error_event(str(failure)))
-        return await out.end()
-    except UpstreamFailure as exc:
-        if not out.started:
-            return dialect_upstream_error(call.dialect_spec, exc, call.native)
-        await out.write(error_event(str(exc)))
-        return await out.end()
 
 
-async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
+async def _guarded(call: DialectCall, out: ClientStream,
+                   writer: list[Writer]) -> web.StreamResponse:
     guard = call.guard
     assembler = StreamAssembler(hold_all_text=guard.policy.lift_text_calls)
     events: Events | _ChatEvents
@@ -143,18 +185,16 @@ async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
         path = "chat/completions"
         # stream and include_usage set by the translation; logprobs if margins are on
         raw = orjson.dumps(call.margins.body(call.chat.body))
-    writer: list[Writer] = []
     began = time.perf_counter()
     async with guard.upstream.stream(path, raw, call.headers) as upstream:
         broken = await _read(call, upstream, events, assembler, out, writer)
+    _count_oddities(call, events)
     if broken is not None:
         guard.telemetry.fallback("upstream_stream_cut", request_id=call.request_id,
                                  dialect=call.dialect)
         if not out.started:
             return dialect_error(call.dialect_spec, 502, broken, code="upstream_stream_error")
-        error_event = (messages_error_event if call.dialect == "messages"
-                       else responses_error_event)
-        await out.write(error_event(broken))
+        await out.write(_error_end(call.dialect, writer, broken))
         return await out.end()
     completion = call.margins.assembled(assembler.completion())
     template = None if isinstance(events, _ChatEvents) else events.skeleton
@@ -170,9 +210,7 @@ async def _guarded(call: DialectCall, out: ClientStream) -> web.StreamResponse:
     if not writer:
         writer.append(_writer(call, _skeleton(call, events)))
     if message is not None:
-        error_event = (messages_error_event if call.dialect == "messages"
-                       else responses_error_event)
-        await out.write(error_event(message))
+        await out.write(_error_end(call.dialect, writer, message))
         return await out.end()
     final = returned_attempt(result, call.policy.on_exhausted)
     outgoing = agent_completion(result, final)
@@ -199,12 +237,15 @@ async def translated_plain_stream(call_guard: GuardContext, request: web.Request
                 "usage": {"input_tokens": 0, "output_tokens": 0}}
     writer: Writer = (MessagesWriter(skeleton) if dialect.name == "messages"
                       else ResponsesWriter(skeleton))
-    error_event = messages_error_event if dialect.name == "messages" else responses_error_event
+
+    def error_event(message: str) -> bytes:
+        return _error_end(dialect.name, [writer], message)
+
     try:
         async with call_guard.upstream.stream("chat/completions",
                                               orjson.dumps(parsed.chat.body),
                                               headers) as upstream:
-            async for line in upstream.content:
+            async for line in sse_lines(upstream.content, call_guard.settings.max_body_bytes):
                 line = line.strip()
                 if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
                     continue
@@ -215,7 +256,7 @@ async def translated_plain_stream(call_guard: GuardContext, request: web.Request
                 if not isinstance(chunk, dict):
                     continue
                 assembler.feed(chunk)
-                delta = as_object(as_object((chunk.get("choices") or [{}])[0]).get("delta"))
+                delta = _delta_of(chunk)
                 if isinstance(delta.get("content"), str) and delta["content"]:
                     await out.write(b"".join(writer.text(delta["content"])))
         reply = dialect.native_of(assembler.completion(), parsed.body, None)
@@ -231,9 +272,10 @@ async def translated_plain_stream(call_guard: GuardContext, request: web.Request
             return dialect_upstream_error(dialect, exc, native=False)
         await out.write(error_event(str(exc)))
         return await out.end()
-    except STREAM_FAULTS:
+    except (*STREAM_FAULTS, StreamBroken) as exc:
         call_guard.telemetry.fallback("upstream_stream_cut", path=request.path)
+        why = str(exc) if isinstance(exc, StreamBroken) else "upstream stream was cut off"
         if not out.started:
-            return dialect_error(dialect, 502, "upstream stream was cut off")
-        await out.write(error_event("upstream stream was cut off"))
+            return dialect_error(dialect, 502, why)
+        await out.write(error_event(why))
         return await out.end()

@@ -9,6 +9,11 @@ carries nothing usable before that still gets a proper JSON error status. Once h
 are out, every failure becomes an error event and a clean end, never a second response.
 Writes to the client are the only place a client disconnect is read: `ClientGone` is
 not an aiohttp `ClientError`, so it can never be mistaken for an upstream fault.
+
+Upstream SSE lines are split here (`sse_lines`), not by aiohttp's readline: its line limit
+(twice the read buffer) refused valid large events, a Responses `.done` event carrying a
+600 KB argument (issue 18), and it re-joins a long line's pieces on every read. A line may
+be as long as a request body may be (`max_body_bytes`): memory stays bounded by that.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from reflexguard.dialects.chat_stream import (
     sse,
     text_chunk,
 )
+from reflexguard.dialects.native_stream import messages_error_event, responses_error_event
 from reflexguard.http.call import GuardedCall
 from reflexguard.http.context import GuardContext
 from reflexguard.http.responses import json_error, upstream_error
@@ -47,6 +53,51 @@ STREAM_KEY: web.RequestKey[web.StreamResponse] = web.RequestKey("stream", web.St
 
 class ClientGone(Exception):
     """The agent closed its connection while we were writing to it."""
+
+
+class StreamBroken(Exception):
+    """The upstream's stream cannot be read on: its message says why."""
+
+
+async def sse_lines(content: aiohttp.StreamReader, max_line: int) -> AsyncIterator[bytes]:
+    """The lines of an upstream SSE body (without their `\\n`), each up to `max_line`
+    bytes, in time linear in the body: a line's pieces are gathered once in a buffer, and
+    each piece is searched for its newline only once."""
+    pending = bytearray()
+    async for chunk in content.iter_any():
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if pending:
+                pending += memoryview(chunk)[start:end]
+                line = bytes(pending)
+                pending.clear()
+            else:
+                line = chunk[start:end]
+            if len(line) > max_line:
+                raise StreamBroken(f"upstream stream line exceeds {max_line} bytes")
+            yield line
+            start = end + 1
+        if start < len(chunk):
+            if len(pending) + len(chunk) - start > max_line:
+                raise StreamBroken(f"upstream stream line exceeds {max_line} bytes")
+            pending += memoryview(chunk)[start:]
+    if pending:
+        yield bytes(pending)
+
+
+def chat_error_end(message: str, code: str = "upstream_stream_error") -> bytes:
+    """How a started chat stream ends on a failure: an error chunk, then `[DONE]`."""
+    return error_event(message, code) + DONE
+
+
+def stream_error_end(path: str, message: str) -> bytes:
+    """The failure that ends a started pass-through stream, in its route's grammar."""
+    route = path.partition("?")[0].strip("/")
+    if route == "messages":
+        return messages_error_event(message)
+    if route == "responses":
+        return responses_error_event(message)
+    return chat_error_end(message)
 
 
 class ClientStream:
@@ -84,7 +135,7 @@ async def end_stream_with_error(response: web.StreamResponse, message: str,
                                 code: str = "internal") -> web.StreamResponse:
     """Close a started stream with an error event; the connection may already be gone."""
     try:
-        await response.write(error_event(message, code))
+        await response.write(chat_error_end(message, code))
         await response.write_eof()
     except ConnectionResetError:
         pass
@@ -100,26 +151,26 @@ async def byte_stream(guard: GuardContext, request: web.Request, raw: bytes,
             out = ClientStream(request, upstream.status, {
                 "Content-Type": upstream.headers.get("Content-Type", "text/event-stream"),
                 "Cache-Control": "no-cache"})
+            tail = b"\n\n"  # the last bytes written: an error event must open its own event
             try:
                 try:
                     async for data in upstream.content.iter_any():
                         await out.write(data)
+                        tail = (tail + data)[-2:] if len(data) < 2 else data[-2:]
                 except STREAM_FAULTS:
                     guard.telemetry.fallback("upstream_stream_cut", path=path)
                     if not out.started:
                         return json_error(502, "upstream stream was cut off",
                                           code="upstream_stream_error")
-                    await out.write(error_event("upstream stream was cut off"))
+                    opening = b"" if tail == b"\n\n" else b"\n\n"
+                    await out.write(opening + stream_error_end(path, "upstream stream was "
+                                                                     "cut off"))
                 return await out.end()
             except ClientGone:
                 guard.telemetry.client_gone(path=path)
                 return out.response
     except UpstreamFailure as exc:
         return upstream_error(exc)
-
-
-class StreamBroken(Exception):
-    """The upstream's stream cannot be read on: its message says why."""
 
 
 class SseObjects:
@@ -137,7 +188,7 @@ class SseObjects:
     async def read(self, content: aiohttp.StreamReader) -> AsyncIterator[tuple[bytes, JsonObject]]:
         telemetry = self.guard.telemetry
         depth = self.guard.settings.max_json_depth
-        async for line in content:
+        async for line in sse_lines(content, self.guard.settings.max_body_bytes):
             line = line.strip()
             if not line.startswith(b"data:"):
                 continue
@@ -227,7 +278,7 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
                                  session=call.session)
         if not out.started:
             return json_error(502, broken, code="upstream_stream_error")
-        await out.write(error_event(broken))
+        await out.write(chat_error_end(broken))
         return await out.end()
     first = read_attempt(1, "initial", call.margins.assembled(assembler.completion()), call.rules,
                          guard.policy.lift_text_calls, time.perf_counter() - began)
@@ -235,7 +286,7 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
     call.finish(result)
     failure = call.exhausted_error(result)
     if failure is not None:
-        await out.write(sse(failure))
+        await out.write(sse(failure) + DONE)
         return await out.end()
     final = returned_attempt(result, call.policy.on_exhausted)
     for body in closing_chunk_bodies(assembler, result, final):

@@ -185,7 +185,8 @@ async def test_a_failure_after_headers_is_an_error_event_and_a_clean_end(
         body = b"".join([part async for part in response.aiter_bytes()])
     events = [e for e in body.decode().split("\n\n") if e.strip()]
     assert "Hello there" in events[0]
-    last = orjson.loads(events[-1].removeprefix("data: "))
+    assert events[-1] == "data: [DONE]"  # the error chunk, then [DONE] (issue 18)
+    last = orjson.loads(events[-2].removeprefix("data: "))
     assert last["error"]["code"] == "upstream_timeout"
     assert b"HTTP/1.1" not in body
 

@@ -142,7 +142,8 @@ async def test_stream_exhausted_with_error_policy_ends_with_an_error_event(fake,
     response = await proxy_client.post("/v1/chat/completions", json=chat_body(stream=True))
     text = await response.text()
     assert upstream.calls == 2
-    assert "tool_call_repair_exhausted" in text and "[DONE]" not in text
+    # The error chunk, then [DONE] (issue 18): one end of stream in chat's grammar.
+    assert "tool_call_repair_exhausted" in text and text.endswith("data: [DONE]\n\n")
     assert "get_order_detail" not in text  # the invalid call never reaches the agent
 
 
