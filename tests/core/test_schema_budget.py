@@ -1,0 +1,112 @@
+"""Tool schemas get a work budget when compiled (issue 18): what expands past it, recurses
+without end or fans out through recursion, or holds a quadratic lookbehind is refused with
+the tool named; what fits validates with bounded work and one bounded message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reflexguard.core.channels import Channel
+from reflexguard.core.model import Reply, ToolCall
+from reflexguard.core.toolset import InvalidToolSchema, ToolSetCache
+from reflexguard.core.validate import CallRules, validate_reply
+
+
+def chain(depth: int, combinator: str = "anyOf") -> dict[str, Any]:
+    defs: dict[str, Any] = {
+        f"d{i}": {combinator: [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+        for i in range(depth)}
+    defs[f"d{depth}"] = {"type": "string"}
+    return {"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+
+
+def tools(parameters: dict[str, Any], name: str = "t") -> list[Any]:
+    return [{"type": "function", "function": {"name": name, "parameters": parameters}}]
+
+
+@pytest.mark.parametrize("combinator", ["anyOf", "oneOf", "allOf"])
+def test_the_2_to_the_40_chain_is_refused_naming_the_tool(combinator: str) -> None:
+    with pytest.raises(InvalidToolSchema) as caught:
+        ToolSetCache().get(tools(chain(40, combinator), "wedge"))
+    assert caught.value.tool_name == "wedge"
+    assert "max_schema_nodes" in str(caught.value) and "20,000" in str(caught.value)
+
+
+def test_the_budget_is_a_setting() -> None:
+    ToolSetCache().get(tools(chain(8)))  # 2^9 nodes: within the default
+    with pytest.raises(InvalidToolSchema, match="more than 100 schema nodes"):
+        ToolSetCache(max_schema_nodes=100).get(tools(chain(8)))
+
+
+@pytest.mark.parametrize("schema", [
+    {"$defs": {"n": {"anyOf": [{"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}},
+                               {"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}}]}},
+     "$ref": "#/$defs/n"},
+    {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+     "$ref": "#/$defs/a"},
+], ids=["fans-out-per-level", "never-descends"])
+def test_recursion_that_multiplies_or_never_ends_is_refused(schema: dict[str, Any]) -> None:
+    with pytest.raises(InvalidToolSchema, match="recursive|never"):
+        ToolSetCache().get(tools(schema))
+
+
+def test_ordinary_recursion_is_accepted() -> None:
+    any_json = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#"}},
+                          {"type": "object", "additionalProperties": {"$ref": "#"}}]}
+    tree = {"$defs": {"n": {"type": "object", "properties": {
+        "left": {"$ref": "#/$defs/n"}, "right": {"$ref": "#/$defs/n"},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}}, "$ref": "#/$defs/n"}
+    for schema in (any_json, tree):
+        ToolSetCache().get(tools(schema))
+
+
+@pytest.mark.parametrize("pattern", ["(?<=(a+)+)b", "(?<!(a+)+)b", "(?<=a{2,})b"])
+def test_an_unbounded_lookbehind_is_refused(pattern: str) -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}}
+    with pytest.raises(InvalidToolSchema, match="lookbehind"):
+        ToolSetCache().get(tools(schema))
+    with pytest.raises(InvalidToolSchema, match="lookbehind"):  # as a property's pattern too
+        ToolSetCache().get(tools({"type": "object", "patternProperties": {pattern: {}}}))
+
+
+@pytest.mark.parametrize("pattern", [r"(?<=\$)\d+", r"^(?=.*[A-Z])(?=.*\d).{8,}$",
+                                     r"^(?!.*\.\.).*$", r"(?<name>a+)"])
+def test_bounded_lookaround_is_accepted(pattern: str) -> None:
+    ToolSetCache().get(tools({"type": "object", "properties": {
+        "x": {"type": "string", "pattern": pattern}}}))
+
+
+def _verdict(parameters: dict[str, Any], arguments: str) -> Any:
+    toolset = ToolSetCache().get(tools(parameters))
+    reply = Reply(content=None, tool_calls=(ToolCall(id="c", name="t", arguments=arguments),))
+    return validate_reply(reply, CallRules(toolset=toolset)).calls[0]
+
+
+def test_a_pattern_over_its_backtracking_limit_is_the_validators_fault() -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "string",
+                                                     "pattern": r"^(\w+\s?)*\1$"}}}
+    call = _verdict(schema, '{"x": "' + "a" * 200 + '!"}')
+    assert call.channel is Channel.OK and call.note == "validator_error"
+
+
+def test_a_huge_enum_is_one_short_message_quickly() -> None:
+    enum = [f"v{i}" for i in range(20_000)]
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"enum": enum}}}}
+    arguments = '{"a": [' + ",".join(['"zz"'] * 2000) + "]}"
+    call = _verdict(schema, arguments)  # the time it takes: bench/perf/hostile_schemas.py
+    assert call.channel is Channel.SCHEMA_VIOLATION
+    assert len(call.detail) <= 400 and "a/0" in call.detail
+
+
+def test_a_long_string_in_a_message_is_clipped() -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "^b"}}}
+    call = _verdict(schema, '{"x": "' + "a" * 30_000 + '"}')
+    assert call.channel is Channel.SCHEMA_VIOLATION and len(call.detail) <= 600
+
+
+def test_a_fan_out_within_budget_answers_without_building_every_branch() -> None:
+    call = _verdict(chain(11), '{"x": 1}')  # ~2^13 nodes, all in anyOf branches
+    assert call.channel is Channel.SCHEMA_VIOLATION
+    assert "do not match the schema of 't'" in call.detail
