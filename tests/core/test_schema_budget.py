@@ -36,7 +36,7 @@ def test_the_2_to_the_40_chain_is_refused_naming_the_tool(combinator: str) -> No
 
 def test_the_budget_is_a_setting() -> None:
     ToolSetCache().get(tools(chain(8)))  # 2^9 nodes: within the default
-    with pytest.raises(InvalidToolSchema, match="more than 100 schema nodes"):
+    with pytest.raises(InvalidToolSchema, match=r"more than 100 schema nodes"):
         ToolSetCache(max_schema_nodes=100).get(tools(chain(8)))
 
 
@@ -48,7 +48,7 @@ def test_the_budget_is_a_setting() -> None:
      "$ref": "#/$defs/a"},
 ], ids=["fans-out-per-level", "never-descends"])
 def test_recursion_that_multiplies_or_never_ends_is_refused(schema: dict[str, Any]) -> None:
-    with pytest.raises(InvalidToolSchema, match="recursive|never"):
+    with pytest.raises(InvalidToolSchema, match=r"recursive|never"):
         ToolSetCache().get(tools(schema))
 
 
