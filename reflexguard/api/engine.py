@@ -48,6 +48,7 @@ from reflexguard.dialects.native import (
     echoing_builders,
     native_reply,
 )
+from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings
 from reflexguard.ops.policy import grounding_policy, guard_policy, request_budget
 from reflexguard.ops.telemetry import Telemetry, dumps
@@ -81,6 +82,7 @@ class Guard:
             telemetry = Telemetry(settings.events)
             telemetry.log = library_logger()
         self.telemetry = telemetry
+        tracing.for_library(settings)  # OpenTelemetry, when on (docs/observability.md)
 
     def request(self, body: JsonObject, dialect: Dialect | None = None) -> GuardedRequest | None:
         """The guarded request, or None when there is nothing to guard (no tools). With a
@@ -168,6 +170,7 @@ class GuardedRequest:
         self.guard.telemetry.attempt(attempt, self.request_id, None, self.chat.model,
                                      self.rules.toolset.digest, self.chat.stream,
                                      self.dialect_name)
+        tracing.hooks.attempt(self, attempt)
 
     def settled(self, first: Attempt) -> LadderResult | None:
         """The result without running the ladder, when no repair is called for."""
@@ -208,6 +211,7 @@ class GuardedRequest:
     def observe(self, result: LadderResult) -> None:
         """Count the time spent in reflexguard; raise if the ladder ran out under
         `on_exhausted: error` (the proxy's 502 `tool_call_repair_exhausted`)."""
+        tracing.hooks.decided(self, result)
         upstream = sum(a.upstream_seconds for a in result.attempts)
         added = max(0.0, time.perf_counter() - self.started - upstream)
         self.guard.telemetry.added_seconds.observe(added)

@@ -45,6 +45,7 @@ from reflexguard.http.streams import (
     guarded_stream,
 )
 from reflexguard.http.upstream import Upstream, UpstreamFailure
+from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings
 from reflexguard.ops.telemetry import Telemetry
 
@@ -316,6 +317,7 @@ def build_app(settings: Settings, upstream_url: str | None = None,
                           handler_args={"auto_decompress": False})
     app[UPSTREAM_KEY] = upstream
     app[GUARD_KEY] = guard
+    tracing.instrument(app, upstream, settings)  # OpenTelemetry, when on
 
     thresholds = gc.get_threshold()
 

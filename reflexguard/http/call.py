@@ -39,6 +39,7 @@ from reflexguard.http.upstream import (
     UpstreamTimeout,
     parse_completion,
 )
+from reflexguard.ops import tracing
 from reflexguard.ops.policy import grounding_policy, request_budget, spent_errors
 
 
@@ -71,6 +72,7 @@ class GuardedCall:
                                       self.request_id)
         if self.margins.inject:  # a copy with logprobs asked; the caller's bytes stay
             self.raw = orjson.dumps(with_logprobs(orjson.loads(raw)))
+        tracing.hooks.begin(self)  # OpenTelemetry, when on (docs/observability.md)
 
     def client_body(self) -> dict[str, Any]:
         """The request as the client sent it, in `self.dialect`'s wire format, read for its
@@ -119,6 +121,7 @@ class GuardedCall:
                                      self.rules.toolset.digest, self.chat.stream, self.dialect,
                                      margins=self.margins.of(attempt),
                                      margin_threshold=self.guard.settings.margin_threshold)
+        tracing.hooks.attempt(self, attempt)
 
     async def ladder(self, first: Attempt) -> LadderResult:
         try:
@@ -138,6 +141,7 @@ class GuardedCall:
         return result
 
     def finish(self, result: LadderResult) -> dict[str, str]:
+        tracing.hooks.decided(self, result)
         upstream = sum(a.upstream_seconds for a in result.attempts)
         return self.finished(upstream, result.upstream_calls, result.violations)
 
@@ -150,6 +154,7 @@ class GuardedCall:
             "x-reflexguard-attempts": str(attempts),
             "x-reflexguard-violations": str(violations),
             "x-reflexguard-request-id": self.request_id,
+            "x-reflexguard-overhead-ms": f"{added * 1000:.3f}",
             **self.budget_headers(),
         }
 
@@ -200,6 +205,7 @@ class GuardedCall:
         """The answer for a first reply whose calls are all ok: as the ladder would settle
         it ("clean"), recorded the same way, without reading it into replies."""
         telemetry = self.guard.telemetry
+        tracing.hooks.clean(self, body)
         telemetry.clean_answer(names, self.request_id, self.session, self.chat.model,
                                self.rules.toolset.digest, self.chat.stream, self.dialect,
                                seconds, self.session_errors())

@@ -84,6 +84,8 @@ class Settings(BaseSettings):
     margin_threshold: float = Field(
         1.0, ge=0, description="a tool name's margin (nats) below this is 'thin'")
     events: Path | None = Field(None, description="append one JSON line per attempt here")
+    otel: bool = Field(False, description="OpenTelemetry GenAI spans and metrics over OTLP, "
+                       "to OTEL_EXPORTER_OTLP_ENDPOINT (docs/observability.md)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     model_variant: str = "Q4_K_M"
     model_ctx: int = Field(8192, ge=512)
