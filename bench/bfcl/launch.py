@@ -1,0 +1,64 @@
+"""BFCL's own CLI with one extra model entry: runs INSIDE .venv-bfcl, never imported by .venv.
+
+`.venv-bfcl/bin/python bench/bfcl/launch.py generate|evaluate ARGS...` is `bfcl ARGS...`
+with a `ModelConfig` for the bench's model added to BFCL's `MODEL_CONFIG_MAPPING` at run
+time (BFCL's own extension point: the CLI and the checker look models up there). Its
+handler is BFCL's `OpenAICompletionsHandler` (chat completions, function calling, the same
+class as BFCL's `openbmb/MiniCPM-SALA-FC` entry) with one addition: each request carries
+`x-reflexguard-session: <BFCL case id>`, so reflexguard's events join to BFCL's cases.
+The request body, the parsing and the checker are BFCL's, unchanged.
+
+Environment: BFCL_BENCH_MODEL (the model id sent upstream), OPENAI_BASE_URL (reflexguard),
+OPENAI_API_KEY, BFCL_PROJECT_ROOT (one per cell and arm). Only stdlib and bfcl_eval here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+REGISTRY_NAME = "reflexguard-bench-FC"
+SESSION_HEADER = "x-reflexguard-session"
+
+
+def register(model: str) -> None:
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING, ModelConfig
+    from bfcl_eval.model_handler.api_inference.openai_completion import (
+        OpenAICompletionsHandler,
+    )
+
+    case = threading.local()  # BFCL runs cases in a thread pool: one case per thread
+
+    class SessionTaggedHandler(OpenAICompletionsHandler):  # type: ignore[misc]
+        def inference(self, test_entry: dict[str, Any], include_input_log: bool,
+                      exclude_state_log: bool) -> Any:
+            case.id = test_entry["id"]
+            return super().inference(test_entry, include_input_log, exclude_state_log)
+
+        def generate_with_backoff(self, **kwargs: Any) -> Any:
+            headers = {SESSION_HEADER: getattr(case, "id", "unknown")}
+            return super().generate_with_backoff(extra_headers=headers, **kwargs)
+
+    # Mutated in place: the CLI and the checker hold references to this same dict.
+    MODEL_CONFIG_MAPPING[REGISTRY_NAME] = ModelConfig(
+        model_name=model, display_name=f"{model} through reflexguard (FC)",
+        url="https://github.com/reflexguard", org="reflexguard bench", license="n/a",
+        model_handler=SessionTaggedHandler, input_price=None, output_price=None,
+        is_fc_model=True,
+        # OpenAI-style function names allow no '.': BFCL renames them and its checker
+        # maps them back, as for its own OpenAI-compatible FC entries.
+        underscore_to_dot=True)
+
+
+def main() -> None:
+    register(os.environ.get("BFCL_BENCH_MODEL", "embedded"))
+    from bfcl_eval.__main__ import cli
+
+    sys.argv = ["bfcl", *sys.argv[1:]]
+    cli()
+
+
+if __name__ == "__main__":
+    main()
