@@ -128,8 +128,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5,
                         help="targets alternate in rounds, so drifting machine load hits all")
     parser.add_argument("--tools", nargs="+", choices=sorted(TOOL_WORKLOADS),
-                        default=sorted(TOOL_WORKLOADS, key=int),
-                        help="the chat request's tool list: 8 tools (~3 KB) or 15 (~12 KB)")
+                        default=["8", "15"],
+                        help="the chat request's tool list: 8 tools (~3 KB) or 15 (~12 KB); "
+                        "8+h: 8 tools after 10 valid historical calls (issue 22)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1],
                         help="reflexguard worker counts, each against the minimal "
                         "pass-through with as many processes (issue 11)")

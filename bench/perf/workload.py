@@ -180,3 +180,29 @@ TOOL_WORKLOADS: dict[str, tuple[list[dict[str, Any]], bytes]] = {
     "8": (TOOLS, REQUEST_BYTES),
     "15": (TOOLS_15, REQUEST_15_BYTES),
 }
+
+
+
+def _history(calls: int) -> list[dict[str, Any]]:
+    """An agent's replayed history (issue 22): `calls` earlier turns, each a valid call and its
+    result, with a user turn after every second one: 2*calls + calls//2 messages."""
+    turns: list[dict[str, Any]] = []
+    for index in range(calls):
+        turns.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_h{index}", "type": "function", "function": {
+                "name": "get_order_details",
+                "arguments": f'{{"order_id": "#W{2378100 + index}"}}'}}]})
+        turns.append({"role": "tool", "tool_call_id": f"call_h{index}",
+                      "content": f'{{"order_id": "#W{2378100 + index}", "status": "pending", '
+                                 '"items": [{"item_id": "1008292230", "price": 54.04}]}'})
+        if index % 2 == 1:
+            turns.append({"role": "user", "content": "And the next one?"})
+    return turns
+
+
+# The 8-tool request after a 20-turn history holding 10 valid historical calls: what history
+# hygiene (dialects/history.py) reads on every turn of a long conversation.
+HISTORY_REQUEST = {**REQUEST, "messages": [*REQUEST["messages"][:1], *_history(10),
+                                           *REQUEST["messages"][1:]]}
+HISTORY_REQUEST_BYTES = orjson.dumps(HISTORY_REQUEST)
+TOOL_WORKLOADS["8+h"] = (TOOLS, HISTORY_REQUEST_BYTES)

@@ -13,7 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.ladder import MAX_REPAIRS_CEILING, GuardPolicy
+from reflexguard.core.ladder import (
+    MAX_REPAIRS_CEILING,
+    Attempt,
+    GuardPolicy,
+    LadderResult,
+    returned_attempt,
+)
+from reflexguard.core.model import Reply
+from reflexguard.core.validate import CallRules, validate_reply
 
 BUDGET_HEADER = "x-reflexguard-error-budget"
 REMAINING_HEADER = "x-reflexguard-budget-remaining"
@@ -97,3 +105,50 @@ def policy_for_budget(base: GuardPolicy, remaining: int | None) -> GuardPolicy:
     if remaining <= 1 and base.on_exhausted in ("passthrough", "original"):
         policy = replace(policy, on_exhausted="withhold")
     return policy
+
+
+OVER_BUDGET_WITHHELD = "invalid_calls_over_budget_withheld"
+
+
+def within_budget(result: LadderResult, policy: GuardPolicy, remaining: int | None,
+                  rules: CallRules) -> tuple[LadderResult, GuardPolicy]:
+    """The ladder's result with no more invalid calls passed on than the budget can take.
+
+    An agent counts each failed call (tau2 ends the episode at its K-th); a reply of many
+    parallel calls can spend the whole budget at once (a 0.5B model sent 18 in one turn on
+    tau2). With `remaining` units left, `remaining - 1` invalid calls can be passed on
+    without spending the last one (policy_for_budget's rule, per call). When the reply
+    the agent would get holds more: its valid calls are kept, its invalid ones are kept
+    in their order up to that number, the rest withheld (counted as
+    `invalid_calls_over_budget_withheld`). The kept reply is appended as the result's final
+    attempt and the returned policy passes it on as it is. Unchanged: no budget known,
+    observe mode, `on_exhausted: error`, several choices, a fault of the whole reply (no
+    call to drop), or nothing left once the invalid calls are dropped (then the existing
+    rule applies: withhold the reply with one unit or none left, else pass it on).
+    """
+    if remaining is None or not policy.repair or policy.on_exhausted == "error":
+        return result, policy
+    # What the agent would get, before `withhold` takes the calls away (with one unit left
+    # or none, the valid calls are kept all the same).
+    attempt = result.final if policy.on_exhausted == "withhold" else returned_attempt(
+        result, policy.on_exhausted)
+    if attempt.valid or len(attempt.replies) != 1 or result.outcome == "observed":
+        return result, policy
+    verdict, reply = attempt.verdict, attempt.reply
+    if any(v.index is None for v in verdict.violations):
+        return result, policy
+    invalid = sorted({v.index for v in verdict.violations if v.index is not None})
+    allowed = max(0, remaining - 1)
+    if len(invalid) <= allowed:
+        return result, policy
+    dropped = set(invalid[allowed:])
+    kept = tuple(c for i, c in enumerate(reply.tool_calls) if i not in dropped)
+    if not kept:
+        return result, policy
+    trimmed = Reply(content=reply.content, tool_calls=kept, finish_reason=reply.finish_reason)
+    final = Attempt(attempt.number, "fix", attempt.completion, (trimmed,),
+                    (validate_reply(trimmed, rules),), 0.0,
+                    (*attempt.fixes, OVER_BUDGET_WITHHELD), lifted=attempt.lifted)
+    trimmed_result = LadderResult([*result.attempts, final], result.outcome,
+                                  [*result.fallbacks, OVER_BUDGET_WITHHELD], result.failed_calls)
+    return trimmed_result, replace(policy, on_exhausted="passthrough")

@@ -173,7 +173,7 @@ class RepairAllowance:
 class HistoryReport:
     """What the hygiene changed in one request, by kind."""
 
-    kinds: Counter[RepairKind] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)  # RepairKind -> how many
     allowance: RepairAllowance = field(default_factory=RepairAllowance)
 
     def add(self, kind: RepairKind) -> None:

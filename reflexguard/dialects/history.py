@@ -1,16 +1,16 @@
 """History hygiene in each wire format: find the historical calls, check them, repair a copy.
 
-Nothing here does I/O. `clean_history` is what the HTTP edge calls with the client's bytes:
+Nothing here does I/O. The HTTP edge reads a request as before, then:
 
 1. a bytes scan for the dialect's call marker (`"tool_calls"`, `"tool_use"`,
    `"function_call"`): a history without calls costs one `bytes.find`;
-2. a typed msgspec view that decodes only the calls, their arguments and the ids that
-   pair results with calls (everything else, the tools list included, is skipped, not
-   built): a history whose calls are all valid costs that and one `orjson.loads` per
-   argument string;
-3. only when something must change: the body parsed, a repaired COPY built (the parsed
-   body itself is never changed: `repair_*` return new containers along the changed path
-   and share the rest) and serialised.
+2. `needs_work`, on the body the reading already parsed: one pass over the conversation,
+   one `orjson.loads` per historical call's arguments; a history whose calls are valid and
+   answered costs that and nothing more;
+3. only when something must change: `repaired` builds a repaired COPY (the parsed body is
+   never changed: the `repair_*` functions return new containers along the changed path
+   and share the rest) and serialises it, the tools list as the client's own bytes; the
+   edge then reads those bytes instead.
 
 Consistency of results with calls (docs/decisions.md, issue 22): a call with no result
 before the conversation moves on gets a result saying so (the hosted APIs refuse such a
@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import orjson
 
 from reflexguard.core.history import (
@@ -41,116 +40,107 @@ Repair = Callable[[Body], tuple[Body, HistoryReport]]
 MARKERS = {"chat": b'"tool_calls"', "messages": b'"tool_use"', "responses": b'"function_call"'}
 
 
-# -- the typed views: only what the check reads ----------------------------------------------
-
-class _Function(msgspec.Struct):
-    arguments: object = None
-
-
-class _ChatCall(msgspec.Struct):
-    id: object = None
-    function: _Function | None = None
-
-
-class _ChatMessage(msgspec.Struct):
-    role: object = None
-    tool_calls: list[_ChatCall] | None = None
-    tool_call_id: object = None
-
-
-class _ChatView(msgspec.Struct):
-    messages: list[_ChatMessage] = []
-
-
-class _Block(msgspec.Struct):
-    type: object = None
-    id: object = None
-    input: msgspec.Raw = msgspec.Raw(b"")
-    tool_use_id: object = None
-
-
-class _AnthropicMessage(msgspec.Struct):
-    content: str | list[_Block] | None = None
-
-
-class _MessagesView(msgspec.Struct):
-    messages: list[_AnthropicMessage] = []
-
-
-class _Item(msgspec.Struct):
-    type: object = None
-    call_id: object = None
-    arguments: object = None
-
-
-class _ResponsesView(msgspec.Struct):
-    input: str | list[_Item] | None = None
-
-
-_CHAT = msgspec.json.Decoder(_ChatView)
-_MESSAGES = msgspec.json.Decoder(_MessagesView)
-_RESPONSES = msgspec.json.Decoder(_ResponsesView)
+def has_calls(raw: bytes, dialect: str) -> bool:
+    """The bytes scan: whether the request may carry a historical call at all."""
+    marker = MARKERS.get(dialect)
+    return marker is not None and raw.find(marker) >= 0
 
 
 def _valid_text(arguments: object) -> bool:
-    return isinstance(arguments, str) and replacement(arguments) is None
+    """Whether `arguments` is the text of a JSON object (core/history.py's test, inlined:
+    this runs once per historical call on every request that has any)."""
+    if type(arguments) is not str:
+        return False
+    try:
+        return type(orjson.loads(arguments)) is dict
+    except orjson.JSONDecodeError:
+        return False
 
 
-def _chat_needs_work(raw: bytes) -> bool:
-    messages = _CHAT.decode(raw).messages
-    for index, message in enumerate(messages):
-        calls = message.tool_calls
+def _chat_needs_work(body: Body) -> bool:
+    """One pass over the parsed messages: a call whose arguments are not a JSON object
+    string, or a call turn left unanswered when another message follows its results."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    waiting: set[object] = set()  # the latest call turn's ids without a result yet
+    for message in messages:
+        if not isinstance(message, dict):
+            return True  # the repair's defensive reading decides
+        role = message.get("role")
+        if role == "tool":
+            waiting.discard(message.get("tool_call_id"))
+            continue
+        if waiting:
+            return True
+        calls = message.get("tool_calls")
         if not calls:
             continue
-        if any(c.function is None or not _valid_text(c.function.arguments) for c in calls):
+        if not isinstance(calls, list):
             return True
-        if _chat_dangling(index, [c.id for c in calls],
-                          [(m.role, m.tool_call_id) for m in messages])[0]:
-            return True
-    return False
-
-
-def _messages_needs_work(raw: bytes) -> bool:
-    messages = _MESSAGES.decode(raw).messages
-    for index, message in enumerate(messages):
-        content = message.content
-        blocks = [b for b in content if b.type == "tool_use"] if isinstance(content, list) else []
-        if not blocks:
-            continue
-        if any(not bytes(b.input).startswith(b"{") for b in blocks):
-            return True
-        if index + 1 < len(messages):
-            following = messages[index + 1].content
-            answered = {b.tool_use_id for b in following
-                        if b.type == "tool_result"} if isinstance(following, list) else set()
-            if any(b.id not in answered for b in blocks):
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not _valid_text(function.get("arguments")):
                 return True
+            waiting.add(call.get("id"))
     return False
 
 
-def _responses_needs_work(raw: bytes) -> bool:
-    items = _RESPONSES.decode(raw).input
+def _messages_needs_work(body: Body) -> bool:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    waiting: set[object] = set()
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if waiting:  # this message must open with a result for each call just before it
+            if not isinstance(content, list):
+                return True
+            waiting -= {b.get("tool_use_id") for b in content
+                        if isinstance(b, dict) and b.get("type") == "tool_result"}
+            if waiting:
+                return True
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                if not isinstance(block.get("input"), dict):
+                    return True
+                waiting.add(block.get("id"))
+    return False
+
+
+def _responses_needs_work(body: Body) -> bool:
+    items = body.get("input")
     if not isinstance(items, list):
         return False
-    if any(i.type == "function_call" and not _valid_text(i.arguments) for i in items):
-        return True
-    return bool(_responses_dangling([(i.type or "message", i.call_id) for i in items]))
+    waiting: set[object] = set()
+    for item in items:
+        if not isinstance(item, dict):
+            return True
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            if not _valid_text(item.get("arguments")):
+                return True
+            waiting.add(item.get("call_id"))
+        elif kind == "function_call_output":
+            waiting.discard(item.get("call_id"))
+        elif kind == "message" and waiting:
+            return True
+    return False
 
 
-def needs_work(raw: bytes, dialect: str) -> bool:
-    """Whether a request's history may need repair: the cheap check. False for a body
-    the views cannot read (the full read then says what is wrong, in its own words)."""
-    marker = MARKERS.get(dialect)
-    if marker is None or raw.find(marker) < 0:
-        return False
-    check = {"chat": _chat_needs_work, "messages": _messages_needs_work,
-             "responses": _responses_needs_work}[dialect]
-    try:
-        return check(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return False  # not JSON: the request's reading refuses it in the dialect's words
-    except msgspec.ValidationError:
-        return True  # a shape the view does not know: the full read decides
+CHECKS: dict[str, Callable[[Body], bool]] = {
+    "chat": _chat_needs_work, "messages": _messages_needs_work,
+    "responses": _responses_needs_work}
+
+
+def needs_work(body: Body, dialect: str) -> bool:
+    """The cheap check, on a body already parsed for reading: whether a historical call may
+    need repair. A pass over the conversation with one `orjson.loads` per call's arguments;
+    never a false "no" (tests/core/test_history.py holds it to the repair)."""
+    check = CHECKS.get(dialect)
+    return check is not None and check(body)
 
 
 # -- pairing results with calls ---------------------------------------------------------------
@@ -373,8 +363,9 @@ REPAIRS: dict[str, Repair] = {"chat": repair_chat, "messages": repair_messages,
 def clean_history(raw: bytes, dialect: str) -> tuple[bytes, HistoryReport]:
     """The bytes to forward for a request in `dialect`, and what was repaired: `raw`
     itself unless a historical call needed repair. A body that is not a JSON object is
-    returned as it is, for the request's reading to refuse in the dialect's words."""
-    if not needs_work(raw, dialect):
+    returned as it is, for the request's reading to refuse in the dialect's words. (The
+    HTTP edge uses `repaired` on the body it has already parsed, which saves a parse.)"""
+    if not has_calls(raw, dialect):
         return raw, HistoryReport()
     try:
         body = orjson.loads(raw)
@@ -382,10 +373,26 @@ def clean_history(raw: bytes, dialect: str) -> tuple[bytes, HistoryReport]:
         return raw, HistoryReport()
     if not isinstance(body, dict):
         return raw, HistoryReport()
-    repaired, report = REPAIRS[dialect](body)
-    if not report.changed:
-        return raw, report
-    try:
-        return orjson.dumps(repaired), report
-    except (TypeError, RecursionError):  # deeper than orjson writes: the read refuses it
+    fixed = repaired(body, dialect)
+    if fixed is None:
         return raw, HistoryReport()
+    return fixed[0], fixed[2]
+
+
+def repaired(body: Body, dialect: str, tools_raw: bytes | None = None,
+             ) -> tuple[bytes, Body, HistoryReport] | None:
+    """(the bytes of `body` with its history repaired, that body, what was repaired), or
+    None when nothing needs it. `tools_raw`: the tools list's bytes as the client sent
+    them, where `body` holds null in its place (a chat request read by a split)."""
+    if not needs_work(body, dialect):
+        return None
+    fixed, report = REPAIRS[dialect](body)
+    if not report.changed:
+        return None
+    written = fixed
+    if tools_raw is not None and "tools" in fixed:
+        written = {**fixed, "tools": orjson.Fragment(tools_raw)}  # in its place, as sent
+    try:
+        return orjson.dumps(written), fixed, report
+    except (TypeError, RecursionError):  # deeper than orjson writes: forwarded as sent
+        return None

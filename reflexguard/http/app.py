@@ -8,6 +8,7 @@ and upstream faults become OpenAI-format errors at this boundary, never tracebac
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import hmac
 import time
@@ -22,10 +23,10 @@ from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import safe_label
 from reflexguard.core.toolset import CompileNeeded
 from reflexguard.core.urls import UnsafePath, passthrough_tail, redact
-from reflexguard.dialects.chat_request import read_request
-from reflexguard.dialects.history import clean_history
+from reflexguard.dialects.chat_request import ChatRequest, read_request
+from reflexguard.dialects.history import has_calls, repaired
 from reflexguard.dialects.messages import MESSAGES
-from reflexguard.dialects.native import Dialect, read_dialect_request
+from reflexguard.dialects.native import Dialect, DialectRequest, read_dialect_request
 from reflexguard.dialects.responses import RESPONSES
 from reflexguard.http.call import GuardedCall
 from reflexguard.http.context import GuardContext
@@ -58,7 +59,7 @@ class Routes(GuardContext):
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            raw = self._history(await self._body(request), "chat")
+            raw = await self._body(request)
             try:
                 chat = read_request(raw, self.toolsets, self.grounding,
                                     self.settings.max_json_depth)
@@ -68,6 +69,7 @@ class Routes(GuardContext):
                                     self.settings.max_json_depth)
         except BadRequest as exc:
             return bad_request(exc)
+        raw, chat = self._chat_history(raw, chat)
         headers = self.upstream.headers(request.headers)
         if not chat.guarded:
             if chat.stream:
@@ -101,7 +103,7 @@ class Routes(GuardContext):
         """Anthropic Messages or OpenAI Responses, guarded over the same core."""
         started = time.perf_counter()
         try:
-            raw = self._history(await self._body(request), dialect.name)
+            raw = await self._body(request)
             try:
                 parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
                                               self.settings.max_json_depth)
@@ -114,6 +116,7 @@ class Routes(GuardContext):
             if isinstance(exc, UndecodableBody):
                 response.force_close()
             return response
+        raw, parsed = self._dialect_history(raw, parsed, dialect)
         headers = self.upstream.headers(request.headers)
         native = dialect.name in self.settings.upstream_dialects
         if not native and parsed.dropped:
@@ -208,14 +211,33 @@ class Routes(GuardContext):
         return decoded_body(raw, request.headers.get("Content-Encoding"),
                             self.settings.max_body_bytes)
 
-    def _history(self, raw: bytes, dialect: str) -> bytes:
-        """The bytes to forward: the client's, unless a historical tool call would make the
-        model server refuse the conversation (dialects/history.py); then a repaired copy,
-        counted (channel history_repaired) and logged."""
-        cleaned, report = clean_history(raw, dialect)
-        if report.changed:
-            self.telemetry.history_repaired(report.kinds, dialect)
-        return cleaned
+    def _chat_history(self, raw: bytes, chat: ChatRequest) -> tuple[bytes, ChatRequest]:
+        """The bytes to forward and the request read from them: the client's, unless a
+        historical tool call would make the model server refuse the conversation
+        (dialects/history.py); then a repaired copy, counted as history_repaired."""
+        if not has_calls(raw, "chat"):  # the fast path: one bytes scan
+            return raw, chat
+        fixed = repaired(chat.fields, "chat", chat.tools_raw)
+        if fixed is None:
+            return raw, chat
+        forwarded, fields, report = fixed
+        self.telemetry.history_repaired(report.kinds, "chat")
+        return forwarded, dataclasses.replace(chat, fields=fields)
+
+    def _dialect_history(self, raw: bytes, parsed: DialectRequest, dialect: Dialect,
+                         ) -> tuple[bytes, DialectRequest]:
+        """As _chat_history, for Messages and Responses (their chat view translated again)."""
+        if not has_calls(raw, dialect.name):
+            return raw, parsed
+        fixed = repaired(parsed.body, dialect.name)
+        if fixed is None:
+            return raw, parsed
+        forwarded, body, report = fixed
+        self.telemetry.history_repaired(report.kinds, dialect.name)
+        chat_view, _ = dialect.to_chat(body)  # the same tools: the same rules, as read
+        return forwarded, DialectRequest(body, dataclasses.replace(parsed.chat,
+                                                                   fields=chat_view),
+                                         parsed.dropped)
 
     def _denied(self, request: web.Request) -> web.Response | None:
         """The admin routes' bearer check, when `admin_token` is set."""

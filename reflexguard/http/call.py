@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from reflexguard.core.budget import REMAINING_HEADER, policy_for_budget
+from reflexguard.core.budget import REMAINING_HEADER, policy_for_budget, within_budget
 from reflexguard.core.errors import error_body
 from reflexguard.core.ladder import (
     CHAT_BUILDERS,
@@ -133,6 +133,9 @@ class GuardedCall:
             # The deadline fell during repair: the agent gets the model's first answer (what
             # it would have had without reflexguard), or the exhausted error if so set.
             result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
+        # No more invalid parallel calls passed on than the error budget can take (repair.md).
+        result, self.policy = within_budget(result, self.policy, self.budget_remaining,
+                                            self.rules)
         if withholds(result, self.policy.on_exhausted):
             result.fallbacks.append("invalid_call_withheld")
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id,

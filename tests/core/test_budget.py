@@ -8,15 +8,27 @@ import pytest
 
 from reflexguard.core.budget import (
     DEFAULT_ERROR_PATTERN,
+    OVER_BUDGET_WITHHELD,
     Budget,
     chat_errors,
     messages_errors,
     parse_budget,
     policy_for_budget,
     responses_errors,
+    within_budget,
 )
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.ladder import MAX_REPAIRS_CEILING, GuardPolicy
+from reflexguard.core.ladder import (
+    MAX_REPAIRS_CEILING,
+    GuardPolicy,
+    LadderResult,
+    read_attempt,
+    returned_attempt,
+)
+from reflexguard.core.toolset import ToolSetCache
+from reflexguard.core.validate import CallRules
+from tests.conftest import TOOLS
+from tests.fakes.fake_upstream import completion_with_message
 
 ERROR = re.compile(DEFAULT_ERROR_PATTERN)
 BASE = GuardPolicy(max_repairs=2, constrained="tool_choice")
@@ -113,3 +125,61 @@ def test_the_operators_hard_choices_stand() -> None:
         "withhold"
     capped = policy_for_budget(GuardPolicy(max_repairs=MAX_REPAIRS_CEILING), 2)
     assert capped.max_repairs == MAX_REPAIRS_CEILING
+
+
+# -- the budget across a reply's parallel calls (issue 22) -----------------------------------
+
+RULES = CallRules(toolset=ToolSetCache().get(TOOLS))
+VALID = '{"order_id": "#W1234567", "detail": "full"}'
+INVALID = '{"order_id": "#W1234567"}'  # `detail` is required
+
+
+def parallel(*arguments: str) -> LadderResult:
+    """A ladder that gave up on one reply of parallel get_order_details calls."""
+    calls = [{"id": f"c{i}", "type": "function",
+              "function": {"name": "get_order_details", "arguments": a}}
+             for i, a in enumerate(arguments)]
+    completion = completion_with_message({"role": "assistant", "content": None,
+                                          "tool_calls": calls}, "tool_calls")
+    first = read_attempt(1, "initial", completion, RULES, False, 0.0)
+    return LadderResult([first], "exhausted", ["exhausted"])
+
+
+def passed_on(result: LadderResult, policy: GuardPolicy) -> list[str]:
+    return [c.arguments for c in returned_attempt(result, policy.on_exhausted).reply.tool_calls]
+
+
+@pytest.mark.parametrize("on_exhausted", ["passthrough", "original"])
+def test_no_more_invalid_calls_than_the_budget_can_take_are_passed_on(on_exhausted: str) -> None:
+    result = parallel(INVALID, VALID, INVALID, INVALID, VALID)
+    policy = GuardPolicy(on_exhausted=on_exhausted)  # type: ignore[arg-type]
+    trimmed, after = within_budget(result, policy, 3, RULES)  # 3 left: 2 may fail
+    assert passed_on(trimmed, after) == [INVALID, VALID, INVALID, VALID]
+    assert OVER_BUDGET_WITHHELD in trimmed.fallbacks
+    assert result.attempts == trimmed.attempts[:1]  # the ladder's own result is untouched
+
+
+def test_with_one_unit_left_the_valid_calls_still_go_out() -> None:
+    result = parallel(INVALID, VALID, INVALID)
+    policy = policy_for_budget(GuardPolicy(), 1)  # withhold, as before
+    trimmed, after = within_budget(result, policy, 1, RULES)
+    assert passed_on(trimmed, after) == [VALID]
+    assert returned_attempt(trimmed, after.on_exhausted).valid
+
+
+def test_a_reply_of_only_invalid_calls_with_one_unit_left_is_withheld_as_before() -> None:
+    result = parallel(INVALID, INVALID)
+    policy = policy_for_budget(GuardPolicy(), 1)
+    assert within_budget(result, policy, 1, RULES) == (result, policy)
+    assert passed_on(result, policy) == []  # the existing withhold rule
+
+
+@pytest.mark.parametrize(("remaining", "policy"), [
+    (None, GuardPolicy()),  # no budget known
+    (5, GuardPolicy()),  # 3 invalid calls, 5 left: the budget can take them
+    (2, GuardPolicy(repair=False)),  # observe mode
+    (2, GuardPolicy(on_exhausted="error")),  # the operator's error
+])
+def test_otherwise_the_result_is_left_alone(remaining: int | None, policy: GuardPolicy) -> None:
+    result = parallel(INVALID, INVALID, INVALID, VALID)
+    assert within_budget(result, policy, remaining, RULES) == (result, policy)

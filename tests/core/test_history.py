@@ -245,5 +245,5 @@ def test_the_cheap_check_never_misses_what_the_repair_would_change(
         if user_after:
             messages.append(USER)
     body = {"model": "m", "messages": messages}
-    if not needs_work(orjson.dumps(body), "chat"):
+    if not needs_work(body, "chat"):
         assert not repair_chat(body)[1].changed
