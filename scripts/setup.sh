@@ -37,7 +37,7 @@ else
 fi
 
 "${pip[@]}" install -q -c requirements/constraints.txt --find-links "$keyed" \
-  -e ".[embedded,bench,litellm-proxy,otel,test]"
+  -e ".[embedded,bench,litellm-proxy,otel,test,frameworks]"
 # pip keeps an installed llama-cpp-python of the same version whatever flags built it:
 # the venv records the key it holds, and a different key forces the keyed wheel in.
 if [ "$(cat .venv/llama-build-key 2>/dev/null)" != "$LLAMA_BUILD_KEY" ]; then
