@@ -31,6 +31,9 @@ def parser() -> OneLineParser:
                    help="BFCL categories (live_* are reserved and refused)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="a fixed seeded sample of N cases per category (default: all)")
+    p.add_argument("--multi-turn-limit", type=int, default=None, metavar="N",
+                   help="the sample for multi_turn_* categories (default: --limit); a "
+                        "multi-turn case is many requests with long tool lists")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the sample's seed")
     p.add_argument("--cells", default=None, metavar="PRECISIONS|cells.yaml",
                    help="embedded precisions, comma-separated (default Q4_K_M,Q2_K), or a "
@@ -54,7 +57,8 @@ def _fail(message: str) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    for name, value in (("--limit", args.limit), ("--model-threads", args.model_threads),
+    for name, value in (("--limit", args.limit), ("--multi-turn-limit", args.multi_turn_limit),
+                        ("--model-threads", args.model_threads),
                         ("--generation-cap", args.generation_cap)):
         if value is not None and value < 1:
             _fail(f"{name} must be at least 1")
@@ -79,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or Path("runs") / time.strftime("bfcl-%Y%m%d-%H%M%S")
     arms: list[BfclArm] = [a for a in BFCL_ARMS if a in args.arms]
     options = RunOptions(out=out, arms=arms, categories=categories, limit=args.limit,
+                         multi_turn_limit=args.multi_turn_limit,
                          seed=args.seed, resume=args.resume, model_threads=args.model_threads,
                          generation_cap=args.generation_cap)
     sigterm_as_interrupt()  # `kill <pid>` stops BFCL and the llama.cpp children too

@@ -72,11 +72,18 @@ class CapHost:
                     body = sent
                 headers = {k: v for k, v in request.headers.items()
                            if k.lower() in ("content-type", "authorization")}
-                async with session.request(request.method, f"{self.target}/{tail}",
-                                           data=body or None, headers=headers) as answer:
-                    payload = await answer.read()
-                    return web.Response(status=answer.status, body=payload,
-                                        content_type=answer.content_type)
+                try:
+                    async with session.request(request.method, f"{self.target}/{tail}",
+                                               data=body or None, headers=headers) as answer:
+                        payload = await answer.read()
+                        return web.Response(status=answer.status, body=payload,
+                                            content_type=answer.content_type)
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    # The model server stopped (the bench is shutting down) or hung:
+                    # reflexguard reports an upstream failure, as for any server.
+                    return web.json_response({"error": {
+                        "message": f"model server: {type(exc).__name__}",
+                        "type": "upstream_error"}}, status=502)
 
             app = web.Application(client_max_size=64 * 1024 * 1024)
             app.router.add_route("*", "/v1/{tail:.*}", forward)

@@ -29,7 +29,8 @@ from reflexguard.ops.config import Settings
 
 LOG = logging.getLogger("bench")
 DOMAIN = "bfcl"  # the cells' domain: grounding stays off unless cells.yaml lists it
-GENERATION_CAP = 512  # max_tokens the model server applies when BFCL sends none
+GENERATION_CAP = 512
+MULTI_TURN = "multi_turn_"  # max_tokens the model server applies when BFCL sends none
 
 
 class BenchError(Exception):
@@ -42,6 +43,7 @@ class RunOptions:
     arms: list[BfclArm]
     categories: list[str]
     limit: int | None = None  # per category; None: every case
+    multi_turn_limit: int | None = None  # for multi_turn_* categories; None: `limit`
     seed: int = DEFAULT_SEED
     resume: bool = False
     model_threads: int | None = None
@@ -60,7 +62,12 @@ def plan(options: RunOptions) -> dict[str, list[str]]:
             if unknown:
                 raise BenchError(f"not BFCL {category} cases: {', '.join(sorted(unknown))}")
         return options.cases
-    return {c: sample(c, harness.category_ids(data, c), options.limit, options.seed)
+    def limit(category: str) -> int | None:
+        if category.startswith(MULTI_TURN) and options.multi_turn_limit is not None:
+            return options.multi_turn_limit
+        return options.limit
+
+    return {c: sample(c, harness.category_ids(data, c), limit(c), options.seed)
             for c in options.categories}
 
 

@@ -158,9 +158,12 @@ def amplification(reference: Sequence[CaseRecord], lower: Sequence[CaseRecord], 
     picks = rng.integers(0, len(shared), size=(resamples, len(shared)))
     sums = table[picks].sum(axis=1)
     ratios = np.array([_ratio(*row) for row in sums])
-    finite = ratios[~np.isnan(ratios)]
-    low_q, high_q = np.percentile(finite, [2.5, 97.5]) if len(finite) else (math.nan, math.nan)
-    return Ratio(point, float(low_q), float(high_q), ref_count, low_count)
+    defined = ratios[~np.isnan(ratios)]
+    # Order statistics, not interpolation: a resample without a reference hit is an
+    # infinite ratio, and interpolating towards it would give NaN.
+    low_q, high_q = (np.quantile(defined, [0.025, 0.975], method="inverted_cdf")
+                     if len(defined) else (math.nan, math.nan))
+    return Ratio(float(point), float(low_q), float(high_q), ref_count, low_count)
 
 
 def wrong_names(records: Iterable[CaseRecord]) -> Counter[str]:
