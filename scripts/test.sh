@@ -4,6 +4,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
+# BFCL's harness in its own virtualenv, for tests/bench/bfcl (docs/bench.md, "BFCL").
+bash scripts/setup_bfcl.sh
 .venv/bin/reflexguard model fetch
 # Does this machine run the llama.cpp build (each cached variant, in a subprocess)?
 .venv/bin/reflexguard model doctor
