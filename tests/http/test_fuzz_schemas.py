@@ -19,12 +19,10 @@ from tests.http.fuzz.setup import Fixture, fuzz_setup
 
 pytestmark = pytest.mark.fuzz
 
-# Not the schema's cost: core/fixes.py's `_safe_value` walks the 500,000 items in Python
-# (~1 s of loop per attempt, profiled). Its owner's to fix; strict, so the fix is noticed.
-BLOCKED_ELSEWHERE = {"array-500000-wrong-type"}
-CORPUS = [pytest.param(h, id=h.name, marks=pytest.mark.xfail(
-    strict=True, reason="core/fixes.py _safe_value blocks the loop on 500,000 items"))
-    if h.name in BLOCKED_ELSEWHERE else pytest.param(h, id=h.name) for h in corpus()]
+# A case blocked outside the schema's cost (its `blocked_by` says where) is a strict
+# xfail: the fix, its owner's, turns it into a failure to notice.
+CORPUS = [pytest.param(h, id=h.name, marks=pytest.mark.xfail(strict=True, reason=h.blocked_by))
+          if h.blocked_by else pytest.param(h, id=h.name) for h in corpus()]
 
 
 @pytest.fixture(scope="module")
