@@ -24,6 +24,7 @@ from reflexguard.embedded.child import ChildFailed, check_runtime, launch
 from reflexguard.embedded.supervised import SupervisedUpstream
 from reflexguard.embedded.supervisor import Supervisor
 from reflexguard.http.app import GUARD_KEY, build_app
+from reflexguard.http.connections import GuardedRunner, raise_file_limit
 from reflexguard.ops.config import Settings
 from reflexguard.ops.telemetry import configure_logging
 
@@ -67,8 +68,12 @@ async def run_server(settings: Settings, app: web.Application, upstream: str | N
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     # handler_cancellation: a client that hangs up cancels its request's repair ladder.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           handler_cancellation=True, shutdown_timeout=shutdown_timeout)
+    # GuardedRunner: header and body read timeouts, a connection cap under the file limit
+    # (raised to its hard value first) and JSON protocol errors (http/connections.py).
+    raise_file_limit()
+    runner = GuardedRunner(app, settings, app[GUARD_KEY].telemetry, access_log=None,
+                           handle_signals=False, handler_cancellation=True,
+                           shutdown_timeout=shutdown_timeout)
     # Start-up garbage goes before the app's startup sets the rest of the heap aside from
     # the collector (settle_heap in http/app.py), so none of it is kept for good.
     gc.collect()

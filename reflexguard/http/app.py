@@ -29,6 +29,7 @@ from reflexguard.dialects.messages import MESSAGES
 from reflexguard.dialects.native import Dialect, DialectRequest, read_dialect_request
 from reflexguard.dialects.responses import RESPONSES
 from reflexguard.http.call import GuardedCall
+from reflexguard.http.connections import BodyTimeout, read_body_within
 from reflexguard.http.context import GuardContext
 from reflexguard.http.dialect_call import (
     DialectCall,
@@ -204,10 +205,16 @@ class Routes(GuardContext):
 
     async def _body(self, request: web.Request) -> bytes:
         try:
-            raw = await request.read()
+            if request.content.is_eof():  # all here already: no timer to arm
+                raw = await request.read()
+            else:
+                raw = await read_body_within(request, self.settings.body_timeout)
         except web.HTTPRequestEntityTooLarge:
             raise BadRequest(f"request body exceeds {self.settings.max_body_bytes} bytes",
                              status=413, code="request_too_large") from None
+        except BodyTimeout:
+            self.telemetry.connection_refused("body_timeout")
+            raise
         return decoded_body(raw, request.headers.get("Content-Encoding"),
                             self.settings.max_body_bytes)
 

@@ -59,6 +59,17 @@ class Settings(BaseSettings):
     grounding_include_system: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_json_depth: int = Field(DEFAULT_MAX_JSON_DEPTH, ge=8, le=200)
+    # Client connections (docs/reliability.md, "Stream and connection bounds").
+    header_timeout: float = Field(
+        15.0, gt=0, description="seconds a connection may take to send a request's headers")
+    body_timeout: float = Field(
+        120.0, gt=0, description="seconds a request's body may take to arrive once its "
+        "headers have")
+    keepalive_timeout: float = Field(
+        75.0, gt=0, description="seconds an idle keep-alive connection is kept open")
+    max_client_connections: int | None = Field(
+        None, ge=1, description="concurrent client connections per process; unset: the "
+        "file limit less the upstream pool and a reserve")
     max_schema_nodes: int = Field(
         DEFAULT_MAX_SCHEMA_NODES, ge=100, le=10_000_000,
         description="a tool schema expanding past this many nodes gets 400 (issue 18)")

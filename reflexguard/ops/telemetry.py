@@ -130,6 +130,12 @@ class Telemetry:
             "forwarding (channel history_repaired), by kind", ["kind", "dialect"],
             registry=self.registry,
         )
+        self.connections_refused = PromCounter(
+            "reflexguard_connections_refused", "Client connections refused or closed by a "
+            "connection bound (cap, idle shed, header timeout, body timeout)", ["reason"],
+            registry=self.registry,
+        )
+        self._refusal_logged: dict[str, float] = {}
         # Replaced by the app's own (GuardContext) when it has settings: memory or Redis.
         self.sessions: SessionState = memory_state()
         self._models: set[str] = set()
@@ -288,6 +294,15 @@ class Telemetry:
         self.fallback("client_disconnected", **fields)
         if fields.get("session"):
             self.sessions.abandon(str(fields.get("request_id")), str(fields["session"]))
+
+    def connection_refused(self, reason: str, **fields: Any) -> None:
+        """A connection bound acted: always counted; a WARNING at most every 10 s per
+        reason (a flood of slow connections must not become a flood of log lines)."""
+        self.connections_refused.labels(reason).inc()
+        now = time.monotonic()
+        if now - self._refusal_logged.get(reason, -1e9) >= 10.0:
+            self._refusal_logged[reason] = now
+            self.log.warning("connection_refused", reason=reason, **fields)
 
     def fallback(self, kind: str, **fields: Any) -> None:
         """Every fallback is counted and logged: nothing falls back silently."""
