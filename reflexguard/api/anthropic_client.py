@@ -20,6 +20,17 @@ from reflexguard.dialects.messages import MESSAGES
 MESSAGES_DOOR = native_door(MESSAGES, Message, (anthropic.APIError,))
 
 
+class _RawClient:
+    """`client.with_raw_response` / `with_streaming_response`: `messages` guarded."""
+
+    def __init__(self, messages: Any, sdk: Any) -> None:
+        self._sdk = sdk
+        self.messages = messages
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sdk, name)
+
+
 class GuardedAnthropic:
     """The wrapped client; `.guard` holds the policy and the telemetry (its metrics)."""
 
@@ -30,6 +41,15 @@ class GuardedAnthropic:
         kind = (AsyncGuardedCreate if isinstance(client, anthropic.AsyncAnthropic)
                 else GuardedCreate)
         self.messages = kind(client.messages, guard, MESSAGES_DOOR, MESSAGES)
+
+    @property
+    def with_raw_response(self) -> _RawClient:
+        return _RawClient(self.messages.with_raw_response, self.client.with_raw_response)
+
+    @property
+    def with_streaming_response(self) -> _RawClient:
+        return _RawClient(self.messages.with_streaming_response,
+                          self.client.with_streaming_response)
 
     def with_options(self, **options: Any) -> GuardedAnthropic:
         """The SDK's `with_options`, still guarded (same policy and metrics)."""

@@ -76,53 +76,58 @@ def _passthrough_stream(request: GuardedRequest) -> bool:
     if request.dialect is not None:
         # A native Messages or Responses stream is guarded by the proxy only: in-process it
         # reaches the caller as the SDK's own stream, unguarded (counted, logged).
-        request.guard.telemetry.fallback("stream_not_guarded_inprocess",
-                                         request_id=request.request_id,
-                                         dialect=request.dialect_name)
+        request.guard.telemetry.warning_fallback("stream_not_guarded_inprocess",
+                                                 request_id=request.request_id,
+                                                 dialect=request.dialect_name)
         return True
     if not request.multiple_choices:
         return False
-    request.guard.telemetry.fallback("multiple_choices_stream_not_guarded",
-                                     request_id=request.request_id)
+    request.guard.telemetry.warning_fallback("multiple_choices_stream_not_guarded",
+                                             request_id=request.request_id)
     return True
 
 
 def complete_sync(guard: Guard, body: JsonObject, call: SyncCall, door: Door,
-                  dialect: Dialect | None = None) -> Any:
+                  dialect: Dialect | None = None, first_call: SyncCall | None = None) -> Any:
+    """`first_call`, when given, sends the caller's request (a raw-response path that
+    keeps the SDK's response object); re-asks always go through `call`."""
+    send_first = first_call or call
     request = guard.request(body, dialect)
     if request is None:
-        return call(body)
+        return send_first(body)
     if request.chat.stream:
         if _passthrough_stream(request):
-            return call(body)
-        return GuardedStream(_stream_sync(request, call, door))
+            return send_first(body)
+        return GuardedStream(_stream_sync(request, send_first, call, door))
     began = time.perf_counter()
-    response = call(body)
+    response = send_first(body)
     first = request.first(door.to_dict(response), time.perf_counter() - began)
     answer = request.answer(_settle_sync(request, first, call, door))
     return response if answer is None else door.completion(answer)
 
 
 async def complete_async(guard: Guard, body: JsonObject, call: AsyncCall, door: Door,
-                         dialect: Dialect | None = None) -> Any:
+                         dialect: Dialect | None = None,
+                         first_call: AsyncCall | None = None) -> Any:
+    send_first = first_call or call
     request = guard.request(body, dialect)
     if request is None:
-        return await call(body)
+        return await send_first(body)
     if request.chat.stream:
         if _passthrough_stream(request):
-            return await call(body)
-        return AsyncGuardedStream(stream_async(request, await call(body), call, door))
+            return await send_first(body)
+        return AsyncGuardedStream(stream_async(request, await send_first(body), call, door))
     began = time.perf_counter()
-    response = await call(body)
+    response = await send_first(body)
     first = request.first(door.to_dict(response), time.perf_counter() - began)
     answer = request.answer(await settle_async(request, first, call, door))
     return response if answer is None else door.completion(answer)
 
 
-def _stream_sync(request: GuardedRequest, call: SyncCall,
+def _stream_sync(request: GuardedRequest, first_call: SyncCall, call: SyncCall,
                  door: Door) -> Generator[Any, None, None]:
     stream = request.stream()
-    upstream = call(request.chat.body)
+    upstream = first_call(request.chat.body)
 
     def chunks() -> Generator[Any, None, None]:
         try:

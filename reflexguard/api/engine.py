@@ -99,7 +99,7 @@ class Guard:
         except BadRequest as exc:
             # The proxy answers 400 here; in-process the request is the caller's to send,
             # so it goes unguarded, as it would without reflexguard (counted, logged).
-            self.telemetry.fallback("request_not_guarded", reason=str(exc))
+            self.telemetry.warning_fallback("request_not_guarded", reason=str(exc))
             return None
         return GuardedRequest(self, chat, policy=policy, environment_errors=spent) \
             if chat.guarded else None
@@ -109,8 +109,8 @@ class Guard:
             policy, grounding, spent = self._budgeted(body, dialect.name)
             native = dialect_request(body, dialect, self.toolsets, grounding)
         except BadRequest as exc:
-            self.telemetry.fallback("request_not_guarded", reason=str(exc),
-                                    dialect=dialect.name)
+            self.telemetry.warning_fallback("request_not_guarded", reason=str(exc),
+                                            dialect=dialect.name)
             return None
         return GuardedRequest(self, native.chat, dialect, native.body, policy, spent) \
             if native.guarded else None

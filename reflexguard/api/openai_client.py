@@ -1,5 +1,6 @@
 """`guard(client)` for the `openai` SDK: `chat.completions.create` and `responses.create`
-validated and repaired.
+validated and repaired, through the client and through its `with_raw_response` and
+`with_streaming_response` (`reflexguard.api.raw`).
 
 An I/O edge (the SDK does the I/O). Everything but those two `create` methods is the
 wrapped client's own attribute. The caller's keyword arguments and lists are never
@@ -38,8 +39,21 @@ RESPONSES_DOOR = native_door(RESPONSES, Response, (openai.APIError,))
 
 
 class _Chat:
-    def __init__(self, completions: GuardedCreate) -> None:
+    def __init__(self, completions: Any) -> None:
         self.completions = completions
+
+
+class _RawClient:
+    """`client.with_raw_response` / `client.with_streaming_response`: the guarded
+    resources' raw paths; every other resource is the SDK's own."""
+
+    def __init__(self, guarded: GuardedClient, sdk: Any, kind: str) -> None:
+        self._sdk = sdk
+        self.chat = _Chat(getattr(guarded.chat.completions, kind))
+        self.responses = getattr(guarded.responses, kind)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sdk, name)
 
 
 class GuardedClient:
@@ -51,6 +65,15 @@ class GuardedClient:
         kind = AsyncGuardedCreate if isinstance(client, openai.AsyncOpenAI) else GuardedCreate
         self.chat = _Chat(kind(client.chat.completions, guard, OPENAI_DOOR))
         self.responses = kind(client.responses, guard, RESPONSES_DOOR, RESPONSES)
+
+    @property
+    def with_raw_response(self) -> _RawClient:
+        return _RawClient(self, self.client.with_raw_response, "with_raw_response")
+
+    @property
+    def with_streaming_response(self) -> _RawClient:
+        return _RawClient(self, self.client.with_streaming_response,
+                          "with_streaming_response")
 
     def with_options(self, **options: Any) -> GuardedClient:
         """The SDK's `with_options`, still guarded (same policy and metrics)."""

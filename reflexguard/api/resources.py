@@ -1,8 +1,12 @@
 """An SDK resource whose `create` is guarded, whichever SDK and wire format it speaks.
 
-An I/O edge (the SDK does the I/O). Every attribute but `create` is the wrapped
-resource's own. The caller's keyword arguments and lists are never mutated: the body is
-a new dict, and re-asks build new lists.
+An I/O edge (the SDK does the I/O). `create`, `with_raw_response.create` and
+`with_streaming_response.create` are guarded (`reflexguard.api.raw`); every other
+attribute is the wrapped resource's own, and the model calls the guard does not cover
+(`parse`, `stream`) are counted and logged at WARNING when reached for. The caller's
+keyword arguments and lists are never mutated: the body is a new dict, and re-asks build
+new lists. The SDKs' "not given" sentinels (`omit`, `NOT_GIVEN`) are read as absent, as
+the SDKs themselves read them: frameworks pass `stream=omit` for a plain call.
 """
 
 from __future__ import annotations
@@ -12,11 +16,28 @@ from typing import Any
 
 from reflexguard.api.drive import Door, complete_async, complete_sync
 from reflexguard.api.engine import Guard
+from reflexguard.api.raw import (
+    AsyncFirstRaw,
+    AsyncGuardedStreamingContext,
+    FirstRaw,
+    GuardedStreamingContext,
+)
 from reflexguard.core.model import JsonObject
 from reflexguard.dialects.native import Dialect
 
 # Keyword arguments that steer the SDK's request rather than being part of the body.
 REQUEST_OPTIONS = ("extra_headers", "extra_query", "timeout")
+# Model calls on a resource that the guard does not cover: reaching for one is a counted
+# WARNING (the call goes out unguarded, as it would without reflexguard).
+UNGUARDED_CALLS = frozenset({"parse", "stream"})
+
+
+def not_given(value: object) -> bool:
+    """An SDK's "not given" sentinel (openai's and anthropic's `NotGiven` / `Omit`), known
+    by its type rather than imported, so that neither SDK is needed for the other."""
+    kind = type(value)
+    return kind.__name__ in ("NotGiven", "Omit") and \
+        kind.__module__.split(".")[0] in ("openai", "anthropic")
 
 
 def body_params(create: Any) -> frozenset[str]:
@@ -25,8 +46,9 @@ def body_params(create: Any) -> frozenset[str]:
 
 def split_options(kwargs: dict[str, Any]) -> tuple[JsonObject, dict[str, Any]]:
     """(the request body, the SDK's request options) from `create`'s keyword arguments."""
-    options = {k: kwargs[k] for k in REQUEST_OPTIONS if k in kwargs}
-    body = {k: v for k, v in kwargs.items() if k not in REQUEST_OPTIONS and k != "extra_body"}
+    options = {k: kwargs[k] for k in REQUEST_OPTIONS if k in kwargs and not not_given(kwargs[k])}
+    body = {k: v for k, v in kwargs.items()
+            if k not in REQUEST_OPTIONS and k != "extra_body" and not not_given(v)}
     extra = kwargs.get("extra_body")
     if isinstance(extra, dict):
         body.update(extra)
@@ -74,8 +96,39 @@ class GuardedCreate:
         call = body_caller(self._create, self._params, options)
         return complete_sync(self._guard, body, call, self._door, self._dialect)
 
+    def raw_create(self, **kwargs: Any) -> Any:
+        """`with_raw_response.create`: the SDK's raw response, its body the guarded answer."""
+        body, options = split_options(kwargs)
+        call = body_caller(self._create, self._params, options)
+        first = FirstRaw(body_caller(self._resource.with_raw_response.create, self._params,
+                                     options))
+        out = complete_sync(self._guard, body, call, self._door, self._dialect, first)
+        return first.answer(self._guard, out)
+
+    def streaming_create(self, **kwargs: Any) -> Any:
+        """`with_streaming_response.create`: the SDK's context manager, guarded on entry."""
+        body, options = split_options(kwargs)
+        call = body_caller(self._create, self._params, options)
+        manager = body_caller(self._resource.with_streaming_response.create, self._params,
+                              options)(body)
+
+        def guarded(parsed: Any) -> Any:
+            # The request went out on entry; the guard reads its parsed answer.
+            return complete_sync(self._guard, body, call, self._door, self._dialect,
+                                 lambda _body: parsed)
+        return GuardedStreamingContext(manager, guarded, self._guard)
+
+    @property
+    def with_raw_response(self) -> RawResource:
+        return RawResource(self, self._resource.with_raw_response, self.raw_create)
+
+    @property
+    def with_streaming_response(self) -> RawResource:
+        return RawResource(self, self._resource.with_streaming_response,
+                           self.streaming_create)
+
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._resource, name)
+        return unguarded_attribute(self._guard, self._resource, name)
 
 
 class AsyncGuardedCreate(GuardedCreate):
@@ -83,3 +136,46 @@ class AsyncGuardedCreate(GuardedCreate):
         body, options = split_options(kwargs)
         call = body_caller(self._create, self._params, options)
         return await complete_async(self._guard, body, call, self._door, self._dialect)
+
+    async def raw_create(self, **kwargs: Any) -> Any:
+        body, options = split_options(kwargs)
+        call = body_caller(self._create, self._params, options)
+        first = AsyncFirstRaw(body_caller(self._resource.with_raw_response.create,
+                                          self._params, options))
+        out = await complete_async(self._guard, body, call, self._door, self._dialect, first)
+        return first.answer(self._guard, out)
+
+    def streaming_create(self, **kwargs: Any) -> Any:
+        body, options = split_options(kwargs)
+        call = body_caller(self._create, self._params, options)
+        manager = body_caller(self._resource.with_streaming_response.create, self._params,
+                              options)(body)
+
+        async def guarded(parsed: Any) -> Any:
+            async def first(_body: JsonObject) -> Any:
+                return parsed  # the request went out on entry
+            return await complete_async(self._guard, body, call, self._door, self._dialect,
+                                        first)
+        return AsyncGuardedStreamingContext(manager, guarded, self._guard)
+
+
+def unguarded_attribute(guard: Guard, resource: Any, name: str) -> Any:
+    """The wrapped resource's own attribute; a model call the guard does not cover is
+    counted and logged at WARNING, never silent."""
+    if name in UNGUARDED_CALLS:
+        guard.telemetry.warning_fallback("call_not_guarded", method=name,
+                                         resource=type(resource).__name__)
+    return getattr(resource, name)
+
+
+class RawResource:
+    """A resource's `with_raw_response` / `with_streaming_response`: `create` guarded, the
+    SDK's other raw methods as they are (`parse` and `stream` counted, unguarded)."""
+
+    def __init__(self, owner: GuardedCreate, sdk: Any, create: Any) -> None:
+        self._guard = owner._guard
+        self._sdk = sdk
+        self.create = create
+
+    def __getattr__(self, name: str) -> Any:
+        return unguarded_attribute(self._guard, self._sdk, name)

@@ -312,6 +312,14 @@ class Telemetry:
         self._write(cast(FallbackEvent, {"event": "fallback", "ts": time.time(), "kind": kind,
                                          **fields}))
 
+    def warning_fallback(self, kind: str, **fields: Any) -> None:
+        """A fallback the user would want to know about (a call left unguarded): counted
+        as every fallback is, written to the events file, and logged at WARNING."""
+        self.fallbacks.labels(kind).inc()
+        self.log.warning("fallback", kind=kind, **fields)
+        self._write(cast(FallbackEvent, {"event": "fallback", "ts": time.time(), "kind": kind,
+                                         **fields}), logged=False)
+
 
 def _attempt_event(request_id: str, session: str | None, model: str, number: int,
                    kind: AttemptKind,
