@@ -67,6 +67,15 @@ def servers(args: argparse.Namespace, upstream: str, translated: bool) -> list[S
         port = free_port()
         out.append(Server(COPY, [*guard, "--port", str(port)], port,
                           {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(args.against)}))
+    if args.otel == "on":  # the environment form of `--otel on`, as margins below
+        port = free_port()
+        out.append(Server("rg-1w+otel", [*guard, "--port", str(port)], port,
+                          {"REFLEXGUARD_OTEL": "on", **otel_environment(args.otel_sink)}))
+        port = free_port()  # the operator's lever: the SDK's sampler, one trace in ten
+        out.append(Server("rg-1w+otel10%", [*guard, "--port", str(port)], port,
+                          {"REFLEXGUARD_OTEL": "on", **otel_environment(args.otel_sink),
+                           "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                           "OTEL_TRACES_SAMPLER_ARG": "0.1"}))
     if args.margins:
         # The environment form of `--margins on`: it reaches the setting whether or not
         # this checkout's CLI has the flag yet.
@@ -79,6 +88,12 @@ def servers(args: argparse.Namespace, upstream: str, translated: bool) -> list[S
                               {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(args.against),
                                "REFLEXGUARD_MARGINS": "on"}))
     return out
+
+
+def otel_environment(sink: int) -> dict[str, str]:
+    """The standard variables, pointed at the sink; the SDK's default batching."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink}",
+            "OTEL_SERVICE_NAME": "reflexguard-bench"}
 
 
 def listeners(port: int) -> int:
@@ -136,6 +151,9 @@ def main() -> None:
                         "pass-through with as many processes (issue 11)")
     parser.add_argument("--margins", action="store_true",
                         help="also reflexguard with margins on (logprobs asked upstream)")
+    parser.add_argument("--otel", choices=["off", "on"], default="off",
+                        help="on: also reflexguard with OpenTelemetry on, exporting to a "
+                        "local OTLP sink, as rg-1w+otel (issue 21)")
     parser.add_argument("--against", type=Path, metavar="DIR",
                         help=f"also reflexguard imported from DIR (a directory holding a copy "
                         f"of an earlier reflexguard/ package), 1 worker, as {COPY!r}: "
@@ -169,6 +187,10 @@ def main() -> None:
     with ExitStack() as stack:
         stack.enter_context(process(["-m", "bench.perf.fast_upstream", "--port",
                                      str(upstream_port)], upstream_port))
+        if args.otel == "on":
+            args.otel_sink = free_port()
+            stack.enter_context(process(["-m", "bench.perf.otlp_sink", "--port",
+                                         str(args.otel_sink)], args.otel_sink))
         started = {s.name: (s, stack.enter_context(process(s.args, s.port, s.env)))
                    for s in servers(args, upstream, translated)}
         for server, _ in started.values():
@@ -198,6 +220,10 @@ def main() -> None:
 
     report(results, list(workloads), args.concurrency, args.workers, args.margins,
            COPY if args.against else None)
+    if args.otel == "on":
+        from bench.perf.otel_report import otel_report
+
+        otel_report(results, list(workloads), args.concurrency, COPY if args.against else None)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

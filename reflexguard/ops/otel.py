@@ -100,15 +100,13 @@ class RequestTrace:
             attributes["gen_ai.conversation.id"] = session
         return attributes
 
-    def start_upstream(self, url: Any, body: bytes | None,
+    def start_upstream(self, server: Mapping[str, Any], body: bytes | None,
                        start_ns: int | None = None) -> Span:
-        """The CLIENT span of one upstream request, under the open decision if any."""
+        """The CLIENT span of one upstream request, under the open decision if any;
+        `server`: its server.address and server.port."""
         self.close_pending()
         attributes = self.base_attributes()
-        if url is not None:
-            attributes["server.address"] = url.host or ""
-            if url.port is not None:
-                attributes["server.port"] = url.port
+        attributes.update(server)
         if self.tools.content and body:
             attributes.update(request_content(body))
         parent = (trace.set_span_in_context(self.guard, self.parent)
@@ -288,7 +286,7 @@ class OtelHooks:
         if attempt.kind != "fix":
             if state.pending is None:  # in-process: the caller's client did the I/O
                 start = time.time_ns() - int(attempt.upstream_seconds * 1e9)
-                state.start_upstream(None, None, start_ns=start)
+                state.start_upstream({}, None, start_ns=start)
                 state.upstream_done()
             attributes = response_attributes(attempt.completion)
             attributes["reflexguard.attempt.kind"] = KINDS.get(attempt.kind, attempt.kind)

@@ -87,7 +87,7 @@ def wrap_upstream(upstream: Any) -> None:
         if state.call is None:
             return await request_original(method, path, body,
                                           _injected(headers, None, state.parent), deadline)
-        span = state.start_upstream(_url(upstream, path), body)
+        span = state.start_upstream(_server(upstream), body)
         try:
             raw = await request_original(method, path, body,
                                          _injected(headers, span, state.parent), deadline)
@@ -105,7 +105,7 @@ def wrap_upstream(upstream: Any) -> None:
             async with stream_original(path, body, carried) as response:
                 yield response
             return
-        span = state.start_upstream(_url(upstream, path), body)
+        span = state.start_upstream(_server(upstream), body)
         try:
             async with stream_original(path, body,
                                        _injected(headers, span, state.parent)) as response:
@@ -120,11 +120,24 @@ def wrap_upstream(upstream: Any) -> None:
     upstream.stream = stream
 
 
-def _url(upstream: Any, path: str) -> Any:
-    try:
-        return yarl.URL(upstream.url(path))
-    except (ValueError, TypeError):
-        return None
+_servers: dict[str, dict[str, Any]] = {}
+
+
+def _server(upstream: Any) -> dict[str, Any]:
+    """server.address and server.port of the upstream, read once per base URL (the
+    embedded model's changes when it is restarted)."""
+    base = str(upstream.base_url)
+    found = _servers.get(base)
+    if found is None:
+        try:
+            url = yarl.URL(base)
+            found = {"server.address": url.host or ""}
+            if url.port is not None:
+                found["server.port"] = url.port
+        except (ValueError, TypeError):
+            found = {}
+        _servers[base] = found
+    return found
 
 
 def proxy_hooks(app: web.Application, upstream: Any) -> OtelHooks:

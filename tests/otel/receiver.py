@@ -58,6 +58,7 @@ class ReceivedSpan:
     events: list[tuple[str, dict[str, Any]]]
     status: int
     resource: dict[str, Any]
+    event_times: list[int] = field(default_factory=list)  # unix ns, one per event
 
 
 @dataclass
@@ -94,7 +95,8 @@ class Receiver:
                             span.start_time_unix_nano, span.end_time_unix_nano,
                             attributes_of(span.attributes),
                             [(e.name, attributes_of(e.attributes)) for e in span.events],
-                            span.status.code, resource))
+                            span.status.code, resource,
+                            [e.time_unix_nano for e in span.events]))
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")
 

@@ -226,3 +226,31 @@ async def test_metrics_have_the_conventions_buckets(fake, proxy, otlp):
              for a in p["attributes"] if a["key"] == "gen_ai.token.type"}
     assert kinds == {"input", "output"}
     assert tokens["histogram"]["dataPoints"][0]["explicitBounds"][:3] == [1, 4, 16]
+
+
+async def test_margins_on_put_the_logit_margins_on_the_decision(fake, proxy, otlp):
+    from pathlib import Path
+
+    import pytest
+
+    from reflexguard.core.margins import completion_margins
+
+    recorded = json.loads((Path(__file__).parents[1] / "core/fixtures/"
+                           "qwen05b_q4km_logprobs.json").read_text())["completions"]["call"]
+    upstream, _ = fake
+    upstream.script = [Scripted(recorded)]
+    client = await proxy(otel=True, margins=True, tool_call_format="content")
+    open_schema = {"type": "object", "properties": {}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "Cancel order #W123."}],
+            "tools": [{"type": "function", "function": {"name": name,
+                                                        "parameters": open_schema}}
+                      for name in ("get_order_details", "cancel_pending_order")]}
+    response = await client.post("/v1/chat/completions", json=body,
+                                 headers={"traceparent": TRACEPARENT})
+    assert response.status == 200
+    guard = one(await spans_of(otlp, 3), "apply_guardrail")
+    [expected] = completion_margins(recorded)
+    assert guard.attributes["reflexguard.tool_name_margins"] == [
+        pytest.approx(expected.name_margin)]
+    assert guard.attributes["reflexguard.tool_name_margin.min"] == pytest.approx(
+        expected.name_margin)
