@@ -30,8 +30,8 @@ from reflexguard.core.ladder import (
     read_attempt,
     returned_attempt,
     run_ladder,
+    settle_choice,
     settled_without_repair,
-    withholds,
 )
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
@@ -191,10 +191,9 @@ class GuardedRequest:
         return result
 
     def _outcome(self, result: LadderResult) -> None:
-        if withholds(result, self.policy.on_exhausted):
-            result.fallbacks.append("invalid_call_withheld")
+        chosen = settle_choice(result, self.policy.on_exhausted)
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id, None,
-                                     self.dialect_name)
+                                     self.dialect_name, chosen=chosen)
 
     def answer(self, result: LadderResult) -> JsonObject | None:
         """The completion (or, with a dialect, the native reply) the caller gets, or None

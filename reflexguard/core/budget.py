@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.ladder import (
     MAX_REPAIRS_CEILING,
+    PASSING_ON,
     Attempt,
     GuardPolicy,
     LadderResult,
@@ -102,7 +103,7 @@ def policy_for_budget(base: GuardPolicy, remaining: int | None) -> GuardPolicy:
         policy = replace(policy, max_repairs=min(base.max_repairs + 1, MAX_REPAIRS_CEILING))
         if base.constrained != "off":
             policy = replace(policy, constrained_from=LOW_CONSTRAINED_FROM)
-    if remaining <= 1 and base.on_exhausted in ("passthrough", "original"):
+    if remaining <= 1 and base.on_exhausted in PASSING_ON:
         policy = replace(policy, on_exhausted="withhold")
     return policy
 

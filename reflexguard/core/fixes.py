@@ -1,12 +1,21 @@
-"""Opt-in deterministic fixes, tried before asking the model again. Nothing here does I/O.
+"""Deterministic fixes, tried before asking the model again. Nothing here does I/O.
 
 Each fix is reported by name so that it is counted: a fixed call was still an error of
 the model's, and an operator must see how often the proxy papered over one.
+
+Two kinds (docs/repair.md, "Deterministic fixes"). The safe fixes (`safe_fixes`, on by
+default) change how a value is written, never what it says: a `null` for a property that
+is not required is dropped, a number or boolean written as a string is read as one, and
+arguments encoded twice are decoded once. The guessing fixes (`json_repair`,
+`snap_names`) are opt-in: they choose among readings the model may not have meant.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from typing import Any
 
 import json_repair
 import orjson
@@ -18,6 +27,15 @@ from reflexguard.core.toolset import ToolSet
 
 JSON_REPAIRED = "json_repaired"
 NAME_SNAPPED = "name_snapped"
+NULL_DROPPED = "optional_null_dropped"
+SCALAR_COERCED = "string_scalar_coerced"
+ARGUMENTS_DECODED = "double_encoded_arguments_decoded"
+# A schema's nesting the safe fixes walk at most; deeper values are left as they are.
+MAX_FIX_DEPTH = 32
+# Exactly JSON's own number grammar: "007", " 5", "1_000", "0x1f" and "NaN" stay strings.
+_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_BOOLEANS = {"true": True, "false": False}
 
 
 @dataclass(frozen=True)
@@ -25,6 +43,111 @@ class FixPolicy:
     json_repair: bool = False
     snap_names: bool = False
     snap_threshold: float = 85.0
+    # The meaning-preserving fixes: NULL_DROPPED, SCALAR_COERCED, ARGUMENTS_DECODED.
+    safe: bool = True
+
+    @property
+    def any(self) -> bool:
+        return self.safe or self.json_repair or self.snap_names
+
+
+def _types(schema: dict[str, Any]) -> frozenset[str] | None:
+    """The JSON types a (sub)schema names in `type`; None when it names none, in which
+    case the safe fixes leave its value alone (anyOf, $ref, enum only: not read here)."""
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return frozenset((declared,))
+    if isinstance(declared, list) and all(isinstance(t, str) for t in declared):
+        return frozenset(declared)
+    return None
+
+
+def _coerced(value: str, types: frozenset[str]) -> tuple[bool, Any]:
+    """A string read as the number or boolean the schema asks for, when it is exactly
+    one in JSON's own spelling; (False, None) otherwise. A schema that also allows a
+    string keeps the string."""
+    if "string" in types:
+        return False, None
+    if "integer" in types and _JSON_INTEGER.fullmatch(value):
+        return True, int(value)
+    if "number" in types and _JSON_NUMBER.fullmatch(value):
+        number = json.loads(value)
+        return (True, number) if isinstance(number, int | float) and abs(number) != float("inf") \
+            else (False, None)
+    if "boolean" in types and value in _BOOLEANS:
+        return True, _BOOLEANS[value]
+    return False, None
+
+
+def _safe_value(value: Any, schema: object, applied: list[str], depth: int) -> Any:
+    """`value` with the safe fixes applied where `schema` says what it must be."""
+    if not isinstance(schema, dict) or depth > MAX_FIX_DEPTH:
+        return value
+    types = _types(schema)
+    if isinstance(value, str) and types is not None:
+        changed, coerced = _coerced(value, types)
+        if changed:
+            applied.append(SCALAR_COERCED)
+            return coerced
+        return value
+    if isinstance(value, dict):
+        return _safe_object(value, schema, applied, depth)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_safe_value(item, schema["items"], applied, depth + 1) for item in value]
+    return value
+
+
+def _safe_object(value: dict[str, Any], schema: dict[str, Any], applied: list[str],
+                 depth: int) -> dict[str, Any]:
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return value
+    required = schema.get("required")
+    required_names = set(required) if isinstance(required, list) else set()
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        sub = properties.get(key)
+        if item is None and key not in required_names and isinstance(sub, dict):
+            types = _types(sub)
+            enum = sub.get("enum")
+            # Dropped only where the schema refuses null: a nullable property's null is
+            # an answer ("clear it"), not a way of saying "not given".
+            if types is not None and "null" not in types and not (
+                    isinstance(enum, list) and None in enum):
+                applied.append(NULL_DROPPED)
+                continue
+        out[key] = _safe_value(item, sub, applied, depth + 1)
+    return out
+
+
+def _decoded_twice(arguments: str) -> str | None:
+    """Arguments that are a JSON string whose text is a JSON object, decoded once."""
+    try:
+        inner = json.loads(arguments)
+        if not isinstance(inner, str):
+            return None
+        value = json.loads(inner)
+    except (ValueError, RecursionError):
+        return None
+    return orjson.dumps(value).decode() if isinstance(value, dict) else None
+
+
+def _safe_arguments(arguments: str, parameters: dict[str, Any]) -> tuple[str, list[str]]:
+    """Arguments with the schema-guided safe fixes, and their names (none: unchanged)."""
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return arguments, []
+    if not isinstance(value, dict):
+        return arguments, []
+    applied: list[str] = []
+    fixed = _safe_object(value, parameters, applied, 0)
+    if not applied:
+        return arguments, []
+    try:
+        return orjson.dumps(fixed).decode(), applied
+    except TypeError:  # beyond orjson's depth or integer range: left to a re-ask
+        return arguments, []
 
 
 def _repaired_json(arguments: str) -> str | None:
@@ -48,7 +171,7 @@ def apply_fixes(
     reply: Reply, verdict: Verdict, toolset: ToolSet, policy: FixPolicy
 ) -> tuple[Reply, list[str]]:
     """The reply with what can be fixed without the model, and the fixes applied."""
-    if not (policy.json_repair or policy.snap_names) or not reply.tool_calls:
+    if not policy.any or not reply.tool_calls:
         return reply, []
     applied: list[str] = []
     calls = list(reply.tool_calls)
@@ -63,11 +186,22 @@ def apply_fixes(
                     id=call.id, name=snapped, arguments=call.arguments
                 )
                 applied.append(NAME_SNAPPED)
-        elif call_verdict.channel is Channel.MALFORMED_ARGS and policy.json_repair:
-            repaired = _repaired_json(call.arguments)
+        elif call_verdict.channel is Channel.MALFORMED_ARGS:
+            decoded = _decoded_twice(call.arguments) if policy.safe else None
+            repaired = decoded or (_repaired_json(call.arguments) if policy.json_repair
+                                   else None)
             if repaired is not None:
                 calls[call_verdict.index] = ToolCall(id=call.id, name=call.name, arguments=repaired)
-                applied.append(JSON_REPAIRED)
+                applied.append(ARGUMENTS_DECODED if decoded else JSON_REPAIRED)
+        elif call_verdict.channel is Channel.SCHEMA_VIOLATION and policy.safe:
+            spec = toolset.get(call.name)
+            if spec is None:
+                continue
+            arguments, fixes = _safe_arguments(call.arguments, spec.parameters)
+            if fixes:
+                calls[call_verdict.index] = ToolCall(id=call.id, name=call.name,
+                                                     arguments=arguments)
+                applied.extend(fixes)
     if not applied:
         return reply, []
     fixed = Reply(content=reply.content, tool_calls=tuple(calls), finish_reason=reply.finish_reason)

@@ -19,7 +19,15 @@ from reflexguard.core.channels import Channel
 from reflexguard.core.completion import choices_of, lift_text_calls, reply_of, sum_usage, with_reply
 from reflexguard.core.fixes import FixPolicy, apply_fixes
 from reflexguard.core.model import JsonObject, Reply, Verdict
-from reflexguard.core.repair import ConstrainedMode, constrain, reask_body
+from reflexguard.core.repair import (
+    ConstrainedMode,
+    ReaskTokens,
+    bounded,
+    client_token_limit,
+    completion_tokens,
+    constrain,
+    reask_body,
+)
 from reflexguard.core.toolset import ToolSet
 from reflexguard.core.validate import CallRules, validate_reply
 
@@ -30,7 +38,23 @@ Outcome = Literal[
 ]
 # The ladder ran and no attempt was valid: the agent gets what `on_exhausted` says.
 GAVE_UP: frozenset[Outcome] = frozenset({"exhausted", "repeated_failure"})
-OnExhausted = Literal["passthrough", "original", "error", "withhold"]
+OnExhausted = Literal["best", "passthrough", "original", "error", "withhold"]
+# The choices that pass an invalid reply on: a low error budget turns them into withhold.
+PASSING_ON: frozenset[OnExhausted] = frozenset({"best", "passthrough", "original"})
+# How much a channel costs the agent that gets it, least first (docs/repair.md, "The
+# least-bad answer"): a call of an offered tool with JSON arguments can still be run or
+# refused precisely by the tool; a call written as text, arguments that are not JSON,
+# a tool that does not exist and an empty reply give the agent less and less to use.
+SEVERITY: dict[Channel, int] = {
+    Channel.OK: 0,
+    Channel.CHOICE_VIOLATION: 1,
+    Channel.SCHEMA_VIOLATION: 2,
+    Channel.UNGROUNDED_ENTITY: 3,
+    Channel.VANISHED_CALL: 4,
+    Channel.MALFORMED_ARGS: 5,
+    Channel.UNKNOWN_TOOL: 6,
+    Channel.EMPTY_REPLY: 7,
+}
 MAX_REPAIRS_CEILING = 10
 FIX_PASSES = 2
 # What the agent reads when an invalid call is withheld and its reply had no text of its
@@ -50,7 +74,9 @@ class GuardPolicy:
     constrained: ConstrainedMode = "off"
     fixes: FixPolicy = field(default_factory=FixPolicy)
     lift_text_calls: bool = False
-    on_exhausted: OnExhausted = "passthrough"
+    on_exhausted: OnExhausted = "best"
+    # How many tokens a re-ask (and the constrained attempt) may answer with.
+    reask_tokens: ReaskTokens = field(default_factory=ReaskTokens)
     # The re-ask (1-based) from which every attempt is constrained; None: only the last.
     constrained_from: int | None = None
     # The edge must check `ungrounded_entity` for this request even when grounding is off.
@@ -234,6 +260,9 @@ async def run_ladder(
     if repairs <= 0:
         return LadderResult(attempts, "exhausted", ["exhausted"])
     failed_calls = 0
+    # One bound for every re-ask: an unbounded one ran a small model to its context's end.
+    max_tokens = policy.reask_tokens.limit(completion_tokens(first.completion),
+                                           client_token_limit(body))
     constrained_from = min(policy.constrained_from or repairs, repairs)
     # Every invalid reply so far, by its calls: a re-ask that brings one back is a repeat.
     seen = {s for a in attempts if (s := call_signature(a.reply)) is not None}
@@ -252,6 +281,7 @@ async def run_ladder(
             request = builders.constrain(request, policy.constrained, latest.reply,
                                          latest.verdict, rules.toolset)
             kind = "constrained"
+        request = bounded(request, max_tokens)
         json_mode = (kind == "constrained" and policy.constrained != "tool_choice"
                      and builders.json_constraints)
         started = time.perf_counter()
@@ -326,15 +356,52 @@ def withheld_attempt(result: LadderResult) -> Attempt:
                    ("invalid_call_withheld",), lifted=own is None or first.lifted)
 
 
+def badness(attempt: Attempt) -> tuple[int, tuple[int, ...]]:
+    """The order of `best`, least bad first: fewer invalid calls, then the severity of its
+    channels (SEVERITY), worst first. Equal badness is broken by `least_bad`: the earliest."""
+    violations = [v for verdict in attempt.verdicts for v in verdict.violations]
+    return len(violations), tuple(sorted((SEVERITY[v.channel] for v in violations),
+                                         reverse=True))
+
+
+def least_bad(result: LadderResult) -> Attempt:
+    """The attempt `on_exhausted: best` returns: the first answer unless a later attempt
+    is strictly less bad (min keeps the first of equals, and attempts are in order)."""
+    return min(result.attempts, key=badness)
+
+
 def returned_attempt(result: LadderResult, on_exhausted: OnExhausted) -> Attempt:
     """The attempt whose reply the agent gets: the final one, or after a ladder that gave
-    up with `on_exhausted: original`, the model's first answer (exactly what the agent
-    would have had without reflexguard), or with `withhold`, that reply without calls."""
+    up, with `best` the least bad attempt (never worse than the first answer), with
+    `original` the model's first answer (exactly what the agent would have had without
+    reflexguard), with `passthrough` the last; with `withhold`, that reply without calls."""
     if withholds(result, on_exhausted):
         return withheld_attempt(result)
     if result.gave_up and on_exhausted == "original":
         return result.attempts[0]
+    if result.gave_up and on_exhausted == "best":
+        return least_bad(result)
     return result.final
+
+
+def chosen_attempt(result: LadderResult, returned: Attempt) -> str:
+    """Which attempt the agent got, as the header and the outcome record say it: its
+    number (1: the first answer), with `+fix` when the deterministic fixes rewrote it
+    and `+withheld` when its calls were held back."""
+    if "invalid_call_withheld" in returned.fixes:
+        return f"{returned.number}+withheld"
+    return f"{returned.number}+fix" if returned.kind == "fix" else str(returned.number)
+
+
+def settle_choice(result: LadderResult, on_exhausted: OnExhausted) -> str:
+    """Which attempt the agent gets, for the outcome record; the fallbacks it takes
+    (withheld; under `best`, an earlier attempt than the last) added to the result's."""
+    if withholds(result, on_exhausted):
+        result.fallbacks.append("invalid_call_withheld")
+    returned = returned_attempt(result, on_exhausted)
+    if result.gave_up and on_exhausted == "best" and returned is not result.final:
+        result.fallbacks.append("least_bad_attempt_returned")
+    return chosen_attempt(result, returned)
 
 
 def agent_completion(result: LadderResult, final: Attempt | None = None) -> JsonObject:

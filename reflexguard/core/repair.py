@@ -11,6 +11,7 @@ cache still covers the original conversation.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from reflexguard.core.completion import message_of
@@ -28,6 +29,62 @@ from reflexguard.core.validate import _Malformed, parse_arguments
 ConstrainedMode = Literal["off", "tool_choice", "structured_outputs", "response_format"]
 STREAM_ONLY_FIELDS = ("stream", "stream_options")
 ECHO_LIMIT = 4096  # echoed arguments past this are replaced by {} (the error says why)
+# Where each wire format keeps its answer's length limit: chat (either spelling; OpenAI's
+# newer one first, as a client that uses it may be refused the older), Messages, Responses.
+LENGTH_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+REASK_TOKENS_FLOOR = 256
+REASK_TOKENS_CEILING = 2048
+REASK_TOKENS_FACTOR = 2
+
+
+@dataclass(frozen=True)
+class ReaskTokens:
+    """How many tokens a re-ask may answer with (docs/repair.md, "The length of a
+    re-ask"): `fixed` when set, else REASK_TOKENS_FACTOR times the first answer's
+    completion tokens, within [floor, ceiling] (the ceiling when the upstream reported no
+    usage); never more than the client's own limit."""
+
+    fixed: int | None = None
+    floor: int = REASK_TOKENS_FLOOR
+    ceiling: int = REASK_TOKENS_CEILING
+
+    def limit(self, first_tokens: int | None, client: int | None) -> int:
+        if self.fixed is not None:
+            derived = self.fixed
+        elif first_tokens is None:
+            derived = self.ceiling
+        else:
+            derived = min(max(first_tokens * REASK_TOKENS_FACTOR, self.floor), self.ceiling)
+        return derived if client is None else min(client, derived)
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
+
+
+def completion_tokens(completion: JsonObject) -> int | None:
+    """The completion tokens an answer reports (every dialect's reading is chat's)."""
+    usage = completion.get("usage")
+    return _positive_int(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+
+
+def client_token_limit(body: JsonObject) -> int | None:
+    """The smallest length limit the client set in its request, in any wire format."""
+    limits = [v for name in LENGTH_FIELDS if (v := _positive_int(body.get(name))) is not None]
+    return min(limits) if limits else None
+
+
+def bounded(body: JsonObject, limit: int) -> JsonObject:
+    """A copy of a re-ask body that answers in at most `limit` tokens: every length field
+    the client used is lowered to it; with none, the wire format's own is added
+    (`max_output_tokens` for a Responses body, which has `input` and no `messages`;
+    `max_tokens`, which Messages requires and every chat server reads, otherwise)."""
+    present = [name for name in LENGTH_FIELDS if name in body]
+    if not present:
+        present = ["max_output_tokens" if "input" in body and "messages" not in body
+                   else "max_tokens"]
+    return {**body, **{name: limit for name in present}}
 
 
 def _echoable(call: ToolCall) -> ToolCall:

@@ -341,9 +341,16 @@ def build_app(settings: Settings, upstream_url: str | None = None,
                             settings.upstream_connect_timeout, settings.upstream_max_connections)
     telemetry = Telemetry(settings.events)
     guard = Routes(settings, upstream, telemetry)
+    # An abandoned upstream request is counted; its connection is closed (upstream.py).
+    upstream.on_abandoned = lambda reason: telemetry.fallback(
+        "upstream_request_abandoned", reason=reason)
     # auto_decompress off: bodies are decoded in `decoded_body`, bounded, with our errors.
+    # handler_cancellation on whatever runs the app (serve, web.run_app, a test server;
+    # aiohttp's default is off since 3.7): a client that hangs up cancels its handler,
+    # and with it the upstream request, so the model stops generating for no one.
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors],
-                          handler_args={"auto_decompress": False})
+                          handler_args={"auto_decompress": False,
+                                        "handler_cancellation": True})
     app[UPSTREAM_KEY] = upstream
     app[GUARD_KEY] = guard
     tracing.instrument(app, upstream, settings)  # OpenTelemetry, when on

@@ -22,10 +22,11 @@ from reflexguard.core.ladder import (
     LadderResult,
     RequestBuilders,
     agent_completion,
+    chosen_attempt,
     read_attempt,
     returned_attempt,
     run_ladder,
-    withholds,
+    settle_choice,
 )
 from reflexguard.core.validate import clean_tool_calls
 from reflexguard.dialects.chat_request import ChatRequest, regrounded
@@ -136,26 +137,27 @@ class GuardedCall:
         # No more invalid parallel calls passed on than the error budget can take (repair.md).
         result, self.policy = within_budget(result, self.policy, self.budget_remaining,
                                             self.rules)
-        if withholds(result, self.policy.on_exhausted):
-            result.fallbacks.append("invalid_call_withheld")
+        chosen = settle_choice(result, self.policy.on_exhausted)
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id,
                                      self.session, self.dialect,
-                                     environment_errors=self.session_errors())
+                                     environment_errors=self.session_errors(), chosen=chosen)
         return result
 
     def finish(self, result: LadderResult) -> dict[str, str]:
         tracing.hooks.decided(self, result)
         upstream = sum(a.upstream_seconds for a in result.attempts)
-        return self.finished(upstream, result.upstream_calls, result.violations)
+        chosen = chosen_attempt(result, returned_attempt(result, self.policy.on_exhausted))
+        return self.finished(upstream, result.upstream_calls, result.violations, chosen)
 
     def finished(self, upstream_seconds: float, attempts: int, violations: int,
-                 ) -> dict[str, str]:
+                 chosen: str = "1") -> dict[str, str]:
         """The time reflexguard added, observed, and the guarded answer's headers."""
         added = max(0.0, time.perf_counter() - self.started - upstream_seconds)
         self.guard.telemetry.added_seconds.observe(added)
         return {
             "x-reflexguard-attempts": str(attempts),
             "x-reflexguard-violations": str(violations),
+            "x-reflexguard-chosen-attempt": chosen,
             "x-reflexguard-request-id": self.request_id,
             "x-reflexguard-overhead-ms": f"{added * 1000:.3f}",
             **self.budget_headers(),

@@ -8,7 +8,7 @@ second, while aiohttp stayed near 0.4 ms of CPU per request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +93,17 @@ class Upstream:
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        # Told ("cancelled", "timeout", "stopped") each time a request is given up before
+        # its answer was read: build_app counts it (upstream_request_abandoned).
+        self.on_abandoned: Callable[[str], None] | None = None
+
+    def abandoned(self, response: aiohttp.ClientResponse | None, reason: str) -> None:
+        """A request given up half-way: its connection is closed, never pooled half-read,
+        so the model server sees the hang-up and stops generating."""
+        if response is not None:
+            response.close()
+        if self.on_abandoned is not None:
+            self.on_abandoned(reason)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -154,9 +165,19 @@ class Upstream:
             async with self.session.request(
                 method, self.url(path), data=body, headers=headers, **options,
             ) as response:
-                payload = await response.read()
+                try:
+                    payload = await response.read()
+                except BaseException:
+                    response.close()
+                    raise
                 return RawResponse(response.status, payload, response.content_type)
+        except asyncio.CancelledError:
+            # The client hung up (its handler is cancelled) or a deadline around us fell:
+            # aiohttp closed the connection (a response half-read is closed above).
+            self.abandoned(None, "cancelled")
+            raise
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            self.abandoned(None, "timeout")
             if deadline is not None and isinstance(exc, TimeoutError) \
                     and not isinstance(exc, aiohttp.ServerTimeoutError):
                 raise RequestDeadline("no answer before the request's deadline") from None
@@ -188,6 +209,9 @@ class Upstream:
         """A streaming POST, open once its headers have arrived with a 2xx status."""
         try:
             response = await self.session.post(self.url(path), data=body, headers=headers)
+        except asyncio.CancelledError:
+            self.abandoned(None, "cancelled")
+            raise
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout(f"upstream did not answer within the timeout: {exc}") from None
         except aiohttp.ClientError as exc:
@@ -197,6 +221,13 @@ class Upstream:
                 payload = await response.read()
                 raise UpstreamHTTPError(response.status, payload, response.content_type)
             yield response
+        except BaseException as exc:
+            # The reader stopped half-way (its client hung up, a deadline fell): the
+            # connection is closed, not returned to the pool with the stream still coming.
+            if not response.content.at_eof():
+                self.abandoned(response, "cancelled" if isinstance(
+                    exc, asyncio.CancelledError | ConnectionResetError) else "stopped")
+            raise
         finally:
             response.release()
 

@@ -53,7 +53,17 @@ class Settings(BaseSettings):
     json_repair: bool = False
     snap_names: bool = False
     snap_threshold: float = Field(85.0, ge=0, le=100)
-    on_exhausted: OnExhausted = "passthrough"
+    # The meaning-preserving fixes: optional nulls dropped, numbers and booleans written
+    # as strings read as such, arguments encoded twice decoded (docs/repair.md).
+    safe_fixes: bool = True
+    # best: the least bad attempt, the first answer unless a later one is strictly better.
+    on_exhausted: OnExhausted = "best"
+    # The length of every re-ask and constrained attempt (docs/repair.md): this many
+    # tokens, or by default twice the first answer's, within the floor and the ceiling;
+    # never more than the client's own limit.
+    reask_max_tokens: int | None = Field(None, ge=1, description="fixed re-ask max_tokens")
+    reask_tokens_floor: int = Field(256, ge=1)
+    reask_tokens_ceiling: int = Field(2048, ge=1)
     grounding: bool = False
     grounding_pattern: str = DEFAULT_PATTERN
     grounding_include_system: bool = False

@@ -55,6 +55,9 @@ class OutcomeEvent(TypedDict):
     request_id: str
     session: str | None
     dialect: NotRequired[str]  # as on AttemptEvent
+    # The attempt the agent got: its number (1: the first answer), "+fix" when the
+    # deterministic fixes rewrote it, "+withheld" when its calls were held back.
+    chosen_attempt: NotRequired[str]
 
 
 class FallbackEvent(TypedDict, total=False):

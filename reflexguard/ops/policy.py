@@ -20,6 +20,7 @@ from reflexguard.core.budget import (
 from reflexguard.core.fixes import FixPolicy
 from reflexguard.core.ladder import GuardPolicy
 from reflexguard.core.model import JsonObject
+from reflexguard.core.repair import ReaskTokens
 from reflexguard.dialects.chat_request import GroundingPolicy
 from reflexguard.ops.config import Settings
 
@@ -33,9 +34,12 @@ def guard_policy(settings: Settings) -> GuardPolicy:
             json_repair=settings.json_repair,
             snap_names=settings.snap_names,
             snap_threshold=settings.snap_threshold,
+            safe=settings.safe_fixes,
         ),
         lift_text_calls=settings.tool_call_format == "content",
         on_exhausted=settings.on_exhausted,
+        reask_tokens=ReaskTokens(settings.reask_max_tokens, settings.reask_tokens_floor,
+                                 max(settings.reask_tokens_ceiling, settings.reask_tokens_floor)),
     )
 
 

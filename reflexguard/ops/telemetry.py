@@ -267,14 +267,19 @@ class Telemetry:
 
     def outcome(self, outcome: Outcome, fallbacks: list[str], request_id: str,
                 session: str | None, dialect: str = "chat",
-                environment_errors: int | None = None) -> None:
+                environment_errors: int | None = None, chosen: str | None = None) -> None:
+        """`chosen`: the attempt the agent got (ladder.chosen_attempt), recorded."""
         if session:  # one session-state write per request, never waited on
             self.sessions.finish(request_id, session, outcome, environment_errors)
         if outcome not in ("clean", "observed"):
             self.repairs.labels(outcome, dialect).inc()
         if outcome != "clean":
-            self._write({"event": "outcome", "ts": time.time(), "outcome": outcome,
-                         "request_id": request_id, "session": session, "dialect": dialect})
+            record: OutcomeEvent = {"event": "outcome", "ts": time.time(), "outcome": outcome,
+                                    "request_id": request_id, "session": session,
+                                    "dialect": dialect}
+            if chosen is not None:
+                record["chosen_attempt"] = chosen
+            self._write(record)
         for kind in fallbacks:
             self.fallback(kind, request_id=request_id, session=session)
 

@@ -92,10 +92,10 @@ def test_responses_counts_function_call_outputs_that_match() -> None:
 
 # The decision table of docs/repair.md, row by row.
 @pytest.mark.parametrize(("remaining", "repairs", "constrained_from", "ground", "exhausted"), [
-    (None, 2, None, False, "passthrough"),
-    (10, 2, None, False, "passthrough"),
-    (3, 2, None, False, "passthrough"),
-    (2, 3, 2, True, "passthrough"),
+    (None, 2, None, False, "best"),
+    (10, 2, None, False, "best"),
+    (3, 2, None, False, "best"),
+    (2, 3, 2, True, "best"),
     (1, 3, 2, True, "withhold"),
     (0, 3, 2, True, "withhold"),
 ])

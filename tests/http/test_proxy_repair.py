@@ -106,7 +106,7 @@ async def test_bound_is_never_exceeded_and_passthrough_returns_last_answer(fake,
     # (repeated_failure, tests/http/test_budget_http.py).
     upstream.default = lambda _: Scripted(tool_call_completion(
         f"get_order_detail{'x' * upstream.calls}", GOOD))
-    client = await proxy(max_repairs=3)
+    client = await proxy(max_repairs=3, on_exhausted="passthrough")
     status, answer, headers = await post(client, chat_body())
     assert status == 200 and upstream.calls == 4
     assert headers["x-reflexguard-attempts"] == "4"
