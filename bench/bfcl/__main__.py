@@ -44,6 +44,9 @@ def parser() -> OneLineParser:
                    help="continue OUT: BFCL skips saved cases, stored records stay")
     p.add_argument("--model-threads", type=int, default=None, metavar="N",
                    help="threads of each embedded llama.cpp server (default: every core)")
+    p.add_argument("--parallel-cells", action="store_true",
+                   help="run every precision at once, each with its own model server (on a "
+                        "shared busy machine, more CPU share; on a quiet one, no gain)")
     p.add_argument("--generation-cap", type=int, default=GENERATION_CAP, metavar="TOKENS",
                    help="max_tokens the model server applies to a request without one "
                         f"(BFCL sends none; default {GENERATION_CAP})")
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     options = RunOptions(out=out, arms=arms, categories=categories, limit=args.limit,
                          multi_turn_limit=args.multi_turn_limit,
                          seed=args.seed, resume=args.resume, model_threads=args.model_threads,
-                         generation_cap=args.generation_cap)
+                         generation_cap=args.generation_cap,
+                         parallel_cells=args.parallel_cells)
     sigterm_as_interrupt()  # `kill <pid>` stops BFCL and the llama.cpp children too
     started = time.monotonic()
     try:

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,10 @@ CLI_TIMEOUT_S = 600.0  # evaluate: the checker, not the model
 
 class HarnessError(Exception):
     """BFCL's environment is missing or its CLI failed: one line for the user."""
+
+
+class Stopped(Exception):
+    """Another cell failed or the run was interrupted: this cell's BFCL run was stopped."""
 
 
 def bfcl_python(root: Path) -> Path:
@@ -86,8 +91,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 def generate(root: Path, project: Path, model: str, base_url: str,
              ids: dict[str, list[str]], on_progress: Callable[[int], None] | None = None,
-             threads: int = 1) -> None:
-    """`bfcl generate --run-ids` for `ids` ({category: [ids]}), through `base_url`."""
+             threads: int = 1, stop: threading.Event | None = None) -> None:
+    """`bfcl generate --run-ids` for `ids` ({category: [ids]}), through `base_url`.
+    `stop` (set by another thread) ends it as Ctrl-C would."""
     project.mkdir(parents=True, exist_ok=True)
     (project / IDS_FILE).write_text(json.dumps(ids, indent=1) + "\n")
     command = [str(bfcl_python(root)), str(LAUNCHER), "generate", "--model", REGISTRY_NAME,
@@ -98,7 +104,10 @@ def generate(root: Path, project: Path, model: str, base_url: str,
                                    start_new_session=True)  # Ctrl-C reaches it through us
         try:
             while process.poll() is None:
-                time.sleep(POLL_S)
+                if stop is not None and stop.wait(POLL_S):
+                    raise Stopped("the run is stopping")
+                if stop is None:
+                    time.sleep(POLL_S)
                 if on_progress is not None:
                     on_progress(count_results(project))
         except BaseException:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,9 @@ class RunOptions:
     generation_cap: int = GENERATION_CAP
     # Exact cases instead of the seeded sample ({category: [ids]}), e.g. for a test.
     cases: dict[str, list[str]] | None = None
+    # Each precision's model server and arms in a thread of their own: on a shared busy
+    # machine two single-threaded servers get twice the CPU share of one.
+    parallel_cells: bool = False
     root: Path = Path(__file__).resolve().parents[2]  # the checkout: .venv-bfcl lives here
 
 
@@ -116,33 +121,28 @@ def proxy_settings(config: CellsConfig, precision: Precision, arm: BfclArm, base
 
 
 class Progress:
-    """One bar over every case of the run; BFCL's result files are polled while it runs."""
+    """One bar over every case of the run; BFCL's result files are polled while it runs.
+    Cells may run in threads (`parallel_cells`): each (cell, arm) reports its own count."""
 
     def __init__(self, total: int) -> None:
         self.bar = tqdm(total=total, unit="case", desc="bfcl cases")
-        self.base = 0  # cases of the (cell, arm)s finished before the current one
-        self.already = 0  # cases the current (cell, arm) had saved before it started
+        self._saved: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def start(self, label: str, already: int) -> None:
-        self.bar.set_postfix_str(label)
-        self.already = already
-        self(already)
-
-    def __call__(self, saved: int) -> None:
-        value = self.base + saved
-        if value > self.bar.n:
-            self.bar.update(value - self.bar.n)
-
-    def finish(self, cases: int) -> None:
-        self.base += cases
-        self.already = 0
-        self(0)
+    def set(self, key: str, saved: int) -> None:
+        with self._lock:
+            self._saved[key] = max(saved, self._saved.get(key, 0))
+            value = sum(self._saved.values())
+            self.bar.set_postfix_str(key)
+            if value > self.bar.n:
+                self.bar.update(value - self.bar.n)
 
 
 def _arm(config: CellsConfig, entry: ModelEntry, precision: Precision, arm: BfclArm,
          options: RunOptions, ids: dict[str, list[str]], upstream: tuple[str, str, str | None],
-         store: CaseStore, progress: Progress, simulated: bool) -> None:
+         store: CaseStore, progress: Progress, simulated: bool, stop: threading.Event) -> None:
     base_url, model_id, api_key = upstream
+    key = f"{_cell(entry, precision)} {arm}"
     project = project_root(options.out, entry, precision, arm)
     events = events_path(options.out, entry, precision, arm)
     events.parent.mkdir(parents=True, exist_ok=True)
@@ -150,26 +150,29 @@ def _arm(config: CellsConfig, entry: ModelEntry, precision: Precision, arm: Bfcl
     # A case cut off mid-generation is generated again: only its new events count.
     offset = events.stat().st_size if events.exists() else 0
     todo = sum(1 for wanted in ids.values() for i in wanted if i not in before)
-    progress.start(f"{entry.name}@{precision.label.split()[0]} {arm}",
-                   sum(1 for wanted in ids.values() for i in wanted if i in before))
+    progress.set(key, sum(1 for wanted in ids.values() for i in wanted if i in before))
     if todo:
         with ProxyHost(proxy_settings(config, precision, arm, base_url, api_key,
                                       events)) as proxy_url:
             harness.generate(options.root, project, model_id, proxy_url, ids,
-                             lambda saved: progress(_asked_saved(project, ids)))
+                             lambda saved: progress.set(key, _asked_saved(project, ids)),
+                             stop=stop)
     harness.evaluate(options.root, project, list(ids))
-    old_events, skipped_old = read_events(events, 0)
-    new_events, skipped_new = read_events(events, offset)
+    old_events, skipped = read_events(events, 0)
+    new_events, _ = read_events(events, offset)
     by_case = {case: (old_events if case in before else new_events).get(case, [])
                for wanted in ids.values() for case in wanted}
-    if skipped_old:
-        LOG.warning("bench.bfcl: %d unreadable line(s) in %s were skipped", skipped_old, events)
-    del skipped_new
+    if skipped:
+        LOG.warning("bench.bfcl: %d unreadable line(s) in %s were skipped", skipped, events)
     records = case_records(entry.name, entry.family, precision, arm, ids,
                            harness.read_results(project), harness.read_scores(project),
                            by_case, simulated)
     store.extend(records)
-    progress.finish(sum(len(w) for w in ids.values()))
+    progress.set(key, sum(len(w) for w in ids.values()))
+
+
+def _cell(entry: ModelEntry, precision: Precision) -> str:
+    return f"{entry.name}@{precision.label.split()[0]}"
 
 
 def run(config: CellsConfig, options: RunOptions, simulated: bool = False) -> list[CaseRecord]:
@@ -178,40 +181,67 @@ def run(config: CellsConfig, options: RunOptions, simulated: bool = False) -> li
         raise BenchError(f"{store.path} exists: pass --resume to continue it, or a new --out")
     ids = plan(options)
     per_arm = sum(len(w) for w in ids.values())
-    arms_total = sum(len(e.precisions) for e in config.models) * len(options.arms)
     existing = store.load()
-    done_arms = {(r.cell, r.arm) for r in existing}
-    progress = Progress(per_arm * arms_total)
+    cells = []
     for entry in config.models:
         for precision in entry.precisions:
             if precision.simulated_errors is not None:
                 raise BenchError("the BFCL bench runs a model (embedded or an endpoint); "
                                  "simulated_errors cells are tau2's")
-            wanted = [a for a in options.arms
-                      if (f"{entry.name}@{precision.label.split()[0]}", a) not in done_arms
-                      or _missing(existing, entry, precision, a, ids)]
-            for arm in options.arms:
-                if arm not in wanted:
-                    progress.finish(per_arm)
-            if not wanted:
-                continue
-            with upstream_for(precision, options.model_threads,
-                              options.generation_cap) as upstream:
-                for arm in wanted:
-                    _arm(config, entry, precision, arm, options, ids, upstream, store,
-                         progress, simulated)
+            cells.append((entry, precision))
+    progress = Progress(per_arm * len(cells) * len(options.arms))
+    stop = threading.Event()
+
+    def one(entry: ModelEntry, precision: Precision) -> None:
+        have = {(r.arm, r.case_id) for r in existing if r.cell == _cell(entry, precision)}
+        wanted = [a for a in options.arms
+                  if any((a, i) not in have for w in ids.values() for i in w)]
+        for arm in options.arms:
+            if arm not in wanted:
+                progress.set(f"{_cell(entry, precision)} {arm}", per_arm)
+        if not wanted:
+            return
+        with upstream_for(precision, options.model_threads,
+                          options.generation_cap) as upstream:
+            for arm in wanted:
+                if stop.is_set():
+                    return
+                _arm(config, entry, precision, arm, options, ids, upstream, store, progress,
+                     simulated, stop)
+
+    if not options.parallel_cells:
+        for entry, precision in cells:
+            one(entry, precision)
+    else:
+        _in_threads(one, cells, stop)
     progress.bar.close()
     return store.load()
+
+
+def _in_threads(one: Callable[[ModelEntry, Precision], None],
+                cells: list[tuple[ModelEntry, Precision]], stop: threading.Event) -> None:
+    """Every cell at once, one thread each; Ctrl-C or SIGTERM (in this main thread) stops
+    every cell's BFCL run and model server before it propagates."""
+    pool = ThreadPoolExecutor(max_workers=len(cells), thread_name_prefix="bfcl-cell")
+    futures = [pool.submit(one, entry, precision) for entry, precision in cells]
+    try:
+        while not all(f.done() for f in futures):
+            wait(futures, timeout=1.0, return_when=FIRST_EXCEPTION)
+            if any(f.done() and f.exception() for f in futures):
+                stop.set()
+        failures = [f.exception() for f in futures if f.exception() is not None]
+        # The cell that failed first, not the others it stopped.
+        failures.sort(key=lambda e: isinstance(e, harness.Stopped))
+        if failures:
+            raise failures[0]  # type: ignore[misc]
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=True)
+        raise
+    pool.shutdown()
 
 
 def _asked_saved(project: Path, ids: dict[str, list[str]]) -> int:
     """Asked cases BFCL has saved so far (its files may hold others from earlier samples)."""
     saved = harness.read_results(project)
     return sum(1 for wanted in ids.values() for i in wanted if i in saved)
-
-
-def _missing(existing: list[CaseRecord], entry: ModelEntry, precision: Precision,
-             arm: BfclArm, ids: dict[str, list[str]]) -> bool:
-    cell = f"{entry.name}@{precision.label.split()[0]}"
-    have = {r.case_id for r in existing if r.cell == cell and r.arm == arm}
-    return any(i not in have for wanted in ids.values() for i in wanted)

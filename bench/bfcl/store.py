@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ class CaseStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()  # cells may finish in threads at once
 
     def load(self) -> list[CaseRecord]:
         if not self.path.exists():
@@ -21,10 +23,11 @@ class CaseStore:
 
     def extend(self, records: Iterable[CaseRecord]) -> int:
         """Append the records whose key is not stored yet; returns how many were."""
-        have = {r.key for r in self.load()}
-        fresh = [r for r in records if r.key not in have]
-        with self.path.open("a") as handle:
-            for record in fresh:
-                handle.write(record.model_dump_json() + "\n")
-            handle.flush()
-        return len(fresh)
+        with self._lock:
+            have = {r.key for r in self.load()}
+            fresh = [r for r in records if r.key not in have]
+            with self.path.open("a") as handle:
+                for record in fresh:
+                    handle.write(record.model_dump_json() + "\n")
+                handle.flush()
+            return len(fresh)

@@ -61,8 +61,9 @@ def fake_cells(url: str) -> CellsConfig:
 
 
 def options(out: Path, resume: bool = False) -> RunOptions:
+    # parallel_cells: the threaded path (one cell here) is the one the real runs take.
     return RunOptions(out=out, arms=["off", "on"], categories=["simple_python", "irrelevance"],
-                      resume=resume, cases=CASES)
+                      resume=resume, cases=CASES, parallel_cells=not resume)
 
 
 @pytest.fixture(scope="module")
