@@ -121,18 +121,16 @@ def within_budget(result: LadderResult, policy: GuardPolicy, remaining: int | No
     without spending the last one (policy_for_budget's rule, per call). When the reply
     the agent would get holds more: its valid calls are kept, its invalid ones are kept
     in their order up to that number, the rest withheld (counted as
-    `invalid_calls_over_budget_withheld`). The kept reply is appended as the result's final
-    attempt and the returned policy passes it on as it is. Unchanged: no budget known,
-    observe mode, `on_exhausted: error`, several choices, a fault of the whole reply (no
-    call to drop), or nothing left once the invalid calls are dropped (then the existing
-    rule applies: withhold the reply with one unit or none left, else pass it on).
+    `invalid_calls_over_budget_withheld`). Nothing the agent executes changes: an invalid
+    call fails in the environment anyway; only the units it would spend are saved. The kept
+    reply is appended as the result's final attempt and the returned policy passes it on.
+    Unchanged: no budget known, observe mode, `on_exhausted: error` or `withhold` (one unit
+    left or none: the whole reply is withheld, its valid calls too, docs/repair.md),
+    several choices, or a fault of the whole reply (no call to drop).
     """
-    if remaining is None or not policy.repair or policy.on_exhausted == "error":
+    if remaining is None or not policy.repair or policy.on_exhausted in ("error", "withhold"):
         return result, policy
-    # What the agent would get, before `withhold` takes the calls away (with one unit left
-    # or none, the valid calls are kept all the same).
-    attempt = result.final if policy.on_exhausted == "withhold" else returned_attempt(
-        result, policy.on_exhausted)
+    attempt = returned_attempt(result, policy.on_exhausted)
     if attempt.valid or len(attempt.replies) != 1 or result.outcome == "observed":
         return result, policy
     verdict, reply = attempt.verdict, attempt.reply
@@ -142,10 +140,8 @@ def within_budget(result: LadderResult, policy: GuardPolicy, remaining: int | No
     allowed = max(0, remaining - 1)
     if len(invalid) <= allowed:
         return result, policy
-    dropped = set(invalid[allowed:])
+    dropped = set(invalid[allowed:])  # allowed >= 1 here: at least one call is kept
     kept = tuple(c for i, c in enumerate(reply.tool_calls) if i not in dropped)
-    if not kept:
-        return result, policy
     trimmed = Reply(content=reply.content, tool_calls=kept, finish_reason=reply.finish_reason)
     final = Attempt(attempt.number, "fix", attempt.completion, (trimmed,),
                     (validate_reply(trimmed, rules),), 0.0,

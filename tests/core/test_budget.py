@@ -159,19 +159,21 @@ def test_no_more_invalid_calls_than_the_budget_can_take_are_passed_on(on_exhaust
     assert result.attempts == trimmed.attempts[:1]  # the ladder's own result is untouched
 
 
-def test_with_one_unit_left_the_valid_calls_still_go_out() -> None:
-    result = parallel(INVALID, VALID, INVALID)
-    policy = policy_for_budget(GuardPolicy(), 1)  # withhold, as before
-    trimmed, after = within_budget(result, policy, 1, RULES)
-    assert passed_on(trimmed, after) == [VALID]
-    assert returned_attempt(trimmed, after.on_exhausted).valid
+def test_with_one_unit_left_the_whole_reply_is_withheld_as_before() -> None:
+    """A reply's calls are one plan (docs/repair.md): at one unit left, its valid calls go
+    with the invalid ones, as the withhold rule already decided."""
+    for arguments in ((INVALID, VALID, INVALID), (INVALID, INVALID)):
+        result = parallel(*arguments)
+        policy = policy_for_budget(GuardPolicy(), 1)
+        assert within_budget(result, policy, 1, RULES) == (result, policy)
+        assert passed_on(result, policy) == []
 
 
-def test_a_reply_of_only_invalid_calls_with_one_unit_left_is_withheld_as_before() -> None:
-    result = parallel(INVALID, INVALID)
-    policy = policy_for_budget(GuardPolicy(), 1)
-    assert within_budget(result, policy, 1, RULES) == (result, policy)
-    assert passed_on(result, policy) == []  # the existing withhold rule
+def test_at_two_left_only_one_invalid_call_goes_out() -> None:
+    result = parallel(INVALID, INVALID, INVALID)
+    policy = policy_for_budget(GuardPolicy(), 2)
+    trimmed, after = within_budget(result, policy, 2, RULES)
+    assert passed_on(trimmed, after) == [INVALID]
 
 
 @pytest.mark.parametrize(("remaining", "policy"), [
