@@ -43,12 +43,21 @@ class HangingUpstream:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     server: asyncio.Server | None = None
+    # Complete answers given before it starts hanging (the first answer of a ladder).
+    answers: list[dict[str, Any]] = field(default_factory=list)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = re.search(rb"(?i)content-length: *(\d+)", head)
         body = json.loads(await reader.readexactly(int(length.group(1)))) if length else {}
         self.bodies.append(body)
+        if self.answers:
+            payload = json.dumps(self.answers.pop(0)).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            await writer.drain()
+            # keep-alive: the proxy's pool may send its re-ask on this same connection
+            return await self.handle(reader, writer)
         if body.get("stream"):
             event = (b"event: message_start\ndata: " + json.dumps(MESSAGE_START).encode()
                      if b"/messages" in head.split(b"\r\n")[0]
@@ -133,5 +142,27 @@ async def test_the_request_deadline_closes_the_upstream_request(hanging, dialect
             assert response.status == 504, await response.text()
         await asyncio.wait_for(hanging.closed.wait(), WAIT)
         assert fallbacks(app, "upstream_request_abandoned") == 1
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_deadline_during_a_re_ask_closes_it_and_returns_the_first_answer(hanging):
+    from tests.fakes.fake_upstream import tool_call_completion
+
+    first = tool_call_completion("get_order_details", {"order_id": "#W1234567"})
+    hanging.answers = [first]  # a schema_violation; the re-ask then hangs
+    url, runner, app = await serve(hanging, request_timeout=0.5)
+    try:
+        async with aiohttp.ClientSession() as client:
+            response = await asyncio.wait_for(
+                client.post(url + "/v1/chat/completions", json=chat_body()), WAIT)
+            assert response.status == 200
+            assert response.headers["x-reflexguard-chosen-attempt"] == "1"
+            answer = await response.json()
+        await asyncio.wait_for(hanging.closed.wait(), WAIT)
+        assert len(hanging.bodies) == 2 and hanging.bodies[1]["max_tokens"] == 256
+        assert answer["choices"][0]["message"] == first["choices"][0]["message"]
+        assert fallbacks(app, "upstream_request_abandoned") == 1
+        assert fallbacks(app, "request_deadline") == 1
     finally:
         await runner.cleanup()

@@ -127,3 +127,36 @@ async def test_the_live_simple_184_null_is_fixed_without_a_re_ask(fake, proxy, t
     attempts = [e for e in map(read_event, (tmp_path / "events.jsonl").read_bytes()
                                .splitlines()) if e["event"] == "attempt"]
     assert attempts[-1]["fixes"] == ["optional_null_dropped"]  # type: ignore[typeddict-item]
+
+
+async def test_a_stream_gets_the_least_bad_attempt_too(fake, proxy, tmp_path):
+    from tests.http.test_streaming import client_for, collect
+
+    upstream, _ = fake
+    upstream.script = [Scripted(r) for r in CHAT]
+    client = await proxy()
+    body = chat_body()
+    stream = await client_for(client).chat.completions.create(
+        model="m", messages=body["messages"], tools=body["tools"], stream=True)
+    _, calls, _ = await collect(stream)
+    assert upstream.calls == 3
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == \
+        [("get_order_details", FIRST_ARGS)]
+    assert outcome_records(tmp_path / "events.jsonl")[0]["chosen_attempt"] == "1"
+
+
+async def test_the_settings_reach_the_ladder(fake, proxy):
+    upstream, _ = fake
+    upstream.script = [Scripted(r) for r in CHAT]
+    client = await proxy(reask_max_tokens=64)
+    await client.post("/v1/chat/completions", json=chat_body())
+    assert [r.get("max_tokens") for r in upstream.requests] == [None, 64, 64]
+    # safe_fixes off: the optional null is re-asked about, as before.
+    upstream.requests.clear()
+    upstream.script = [Scripted(tool_call_completion(
+        "cancel_order", {"order_id": "#W1234567", "reason": None})),
+        Scripted(tool_call_completion("cancel_order", {"order_id": "#W1234567"}))]
+    client = await proxy(safe_fixes=False)
+    response = await client.post("/v1/chat/completions", json=chat_body())
+    assert len(upstream.requests) == 2
+    assert response.headers["x-reflexguard-chosen-attempt"] == "2"
