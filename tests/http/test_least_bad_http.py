@@ -59,11 +59,11 @@ async def test_the_first_answer_goes_back_when_every_re_ask_is_worse(fake, proxy
     response = await client.post(path, json=body())
     assert response.status == 200, await response.text()
     assert upstream.calls == 3
-    assert response.headers["x-reflexguard-attempts"] == "3"
-    assert response.headers["x-reflexguard-chosen-attempt"] == "1"
     answer = await response.json()
     assert called(answer, dialect) == ("get_order_details", FIRST_ARGS)
     assert answer == replies[0]  # byte for byte what the model first said
+    assert response.headers["x-reflexguard-attempts"] == "3"
+    assert response.headers["x-reflexguard-chosen-attempt"] == "1"
     [record] = outcome_records(tmp_path / "events.jsonl")
     assert record["outcome"] == "exhausted" and record["chosen_attempt"] == "1"
     metrics = await (await client.get("/metrics")).text()
@@ -160,3 +160,16 @@ async def test_the_settings_reach_the_ladder(fake, proxy):
     response = await client.post("/v1/chat/completions", json=chat_body())
     assert len(upstream.requests) == 2
     assert response.headers["x-reflexguard-chosen-attempt"] == "2"
+
+
+@pytest.mark.parametrize("dialect", sorted(ROUTES))
+async def test_re_asks_without_a_client_limit_are_bounded(fake, proxy, dialect):
+    upstream, _ = fake
+    path, replies, body = ROUTES[dialect]
+    upstream.script = [Scripted(r) for r in replies]
+    client = await proxy()
+    sent = body()
+    sent.pop("max_tokens", None)  # Messages requires one; the upstream here does not care
+    await client.post(path, json=sent)
+    field = "max_output_tokens" if dialect == "responses" else "max_tokens"
+    assert [r.get(field) for r in upstream.requests] == [None, 256, 256]
