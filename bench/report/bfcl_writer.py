@@ -193,7 +193,8 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     lines += ["## Accuracy by BFCL's checker", "",
               "Wilson 95% intervals; on − off paired on the same cases, exact McNemar, Holm "
               "across categories within a cell.", ""] + main_table(summary) + [""]
-    lines += ["All categories pooled (unweighted by category):", ""] + _overall(summary) + [""]
+    lines += ["All categories pooled over cases (so weighted by each category's sample):",
+              ""] + _overall(summary) + [""]
     lines += ["## irrelevance: never worse than no guard?", ""] + _irrelevance(summary)
     lines += ["## Cases fixed and broken by repair", ""] + _cases(summary)
     lines += ["## Damaged cells (lower precision against the reference, repair off)", "",
