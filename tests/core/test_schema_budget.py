@@ -40,15 +40,10 @@ def test_the_budget_is_a_setting() -> None:
         ToolSetCache(max_schema_nodes=100).get(tools(chain(8)))
 
 
-@pytest.mark.parametrize("schema", [
-    {"$defs": {"n": {"anyOf": [{"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}},
-                               {"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}}]}},
-     "$ref": "#/$defs/n"},
-    {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
-     "$ref": "#/$defs/a"},
-], ids=["fans-out-per-level", "never-descends"])
-def test_recursion_that_multiplies_or_never_ends_is_refused(schema: dict[str, Any]) -> None:
-    with pytest.raises(InvalidToolSchema, match=r"recursive|never"):
+def test_recursion_that_multiplies_per_level_is_refused() -> None:
+    branch = {"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}}
+    schema = {"$defs": {"n": {"anyOf": [branch, branch]}}, "$ref": "#/$defs/n"}
+    with pytest.raises(InvalidToolSchema, match="re-enters itself twice"):
         ToolSetCache().get(tools(schema))
 
 
@@ -58,7 +53,11 @@ def test_ordinary_recursion_is_accepted() -> None:
     tree = {"$defs": {"n": {"type": "object", "properties": {
         "left": {"$ref": "#/$defs/n"}, "right": {"$ref": "#/$defs/n"},
         "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}}, "$ref": "#/$defs/n"}
-    for schema in (any_json, tree):
+    # A cycle that never descends: jsonschema-rs reads it as vacuous, at no cost.
+    in_place = {"$defs": {"a": {"$ref": "#/$defs/b"},
+                          "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}},
+                "$ref": "#/$defs/a"}
+    for schema in (any_json, tree, in_place):
         ToolSetCache().get(tools(schema))
 
 
