@@ -289,6 +289,7 @@ class ToolSetCache:
         # Outcomes other than a tool set (an empty list, a refusal), by exact key, so the
         # request that waited on `prepare` reads them as if compiled in place.
         self._settled: OrderedDict[bytes, Exception | None] = OrderedDict()
+        self._handoff: tuple[bytes, ToolSet] | None = None  # the latest stored set
         self._capacity = capacity
         self._entries: OrderedDict[bytes, ToolSet] = OrderedDict()  # by canonical digest
         self._exact: OrderedDict[bytes, ToolSet] = OrderedDict()  # by serialisation
@@ -307,14 +308,14 @@ class ToolSetCache:
                 raise ToolsTooDeep(max_depth) from None
             raise InvalidTools(f"tools cannot be serialised: {exc}") from None
         found = self._exact.get(key)
-        if found is None:
-            if self.defer:
-                self._settled_or_defer(key, tools, None, max_depth)
-            found = self._canonical(tools, max_depth)
-            self._remember(key, found)
-        else:
+        if found is not None:
             self._exact.move_to_end(key)
             self.hits += 1
+        elif self.defer and (found := self._deferred(key, tools, None, max_depth)):
+            pass  # compiled off the loop just now (its depth checked there)
+        else:
+            found = self._canonical(tools, max_depth)
+            self._remember(key, found)
         if max_depth is not None and found.depth > max_depth:
             raise ToolsTooDeep(max_depth)
         return found
@@ -324,9 +325,9 @@ class ToolSetCache:
         hold an empty list). A hit costs one dict lookup: the list is parsed only on a
         miss. Raises orjson.JSONDecodeError for bytes that are not JSON."""
         found = self._exact.get(raw)
+        if found is None and self.defer:  # compiled off the loop just now, or settled
+            return self._deferred(raw, None, raw, max_depth)
         if found is None:
-            if self.defer and self._settled_or_defer(raw, None, raw, max_depth):
-                return None
             tools = orjson.loads(raw)
             if not isinstance(tools, list):
                 raise InvalidTools("'tools' must be an array")
@@ -341,13 +342,17 @@ class ToolSetCache:
             raise ToolsTooDeep(max_depth)
         return found
 
-    def _settled_or_defer(self, key: bytes, tools: list[Any] | None, raw: bytes | None,
-                          max_depth: int | None) -> bool:
-        """True for a settled empty list; raises a settled refusal, or CompileNeeded."""
+    def _deferred(self, key: bytes, tools: list[Any] | None, raw: bytes | None,
+                  max_depth: int | None) -> ToolSet | None:
+        """What `store` just kept for `key` (a tool set held by no LRU, being over the
+        exact keys' bytes, still reaches the request that waited for it), a settled
+        empty list (None); raises a settled refusal, or CompileNeeded."""
+        if self._handoff is not None and self._handoff[0] == key:
+            return self._handoff[1]
         if key in self._settled:
             outcome = self._settled[key]
             if outcome is None:
-                return True
+                return None
             raise outcome
         raise CompileNeeded(key, tools, raw, max_depth)
 
@@ -378,6 +383,7 @@ class ToolSetCache:
             return
         digest, toolset = outcome
         toolset = self._entries.setdefault(digest, toolset)
+        self._handoff = (miss.key, toolset)
         self._entries.move_to_end(digest)
         if len(self._entries) > self._capacity:
             self._entries.popitem(last=False)

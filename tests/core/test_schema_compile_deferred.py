@@ -59,3 +59,11 @@ def test_tool_lists_differing_in_key_order_share_one_compiled_set() -> None:
 
 def test_an_inline_cache_never_defers() -> None:
     assert ToolSetCache().get_serialised(orjson.dumps(TOOLS)) is not None
+
+
+def test_a_set_too_large_for_the_exact_keys_still_reaches_the_request_that_waited() -> None:
+    cache = ToolSetCache(defer=True, exact_key_bytes=16)  # no exact key fits
+    raw = orjson.dumps(TOOLS)
+    toolset = settle(cache, raw)
+    assert toolset is not None and toolset.names == ["t"]
+    assert cache.get(TOOLS) is toolset  # the dialect path's second read: the same hand-off
