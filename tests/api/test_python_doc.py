@@ -19,7 +19,7 @@ SNIPPETS = fenced("python.md", "python")
 
 
 def test_the_page_has_its_examples() -> None:
-    assert len(SNIPPETS) == 6
+    assert len(SNIPPETS) == 7
 
 
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
