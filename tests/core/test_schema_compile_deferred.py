@@ -12,7 +12,7 @@ import pytest
 
 from reflexguard.core.toolset import CompileNeeded, InvalidToolSchema, ToolSetCache
 
-TOOLS = [{"type": "function", "function": {"name": "t", "parameters": {
+TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {"name": "t", "parameters": {
     "type": "object", "properties": {"x": {"type": "string"}}}}}]
 
 
