@@ -1,12 +1,21 @@
-"""The model server's generation limit, in front of it: a pass-through that sets `max_tokens`
-on a chat request that has none.
+"""In front of the model server: its generation limit, and one compatibility repair.
+
+A pass-through that sets `max_tokens` on a chat request that has none, and sends an
+assistant message's `content: null` as `""`.
 
 BFCL's handler sends no `max_tokens`, and llama-cpp-python's server then generates to the
 end of its context: a greedy 0.5B model that loops on one call would hold the bench for
 minutes per case. A serving limit is what a production server has (vLLM's
 `--max-model-len`, a gateway's default); it is applied below reflexguard, identically in
 both arms, so it is part of the cell, not of the guard. A request that names its own limit
-(reflexguard's bounded re-asks) is forwarded unchanged. Hosted in a thread like ProxyHost.
+(reflexguard's bounded re-asks) is forwarded unchanged.
+
+`content: null` beside `tool_calls` is what the OpenAI SDK (and so BFCL's handler) sends
+back as history on every multi-turn step; llama-cpp-python's server refuses it with a 500
+(`Input should be a valid string`; vLLM accepts it), which would make every multi-turn
+case an inference error at its second request. That is a defect of this model server,
+not of the model or the guard, so it is repaired here, below reflexguard, in both arms.
+Hosted in a thread like ProxyHost.
 """
 
 from __future__ import annotations
@@ -26,14 +35,27 @@ UPSTREAM_TIMEOUT_S = 900.0
 
 
 def capped(body: bytes, limit: int) -> bytes:
-    """The request with `max_tokens: limit` when it sets no length limit of its own."""
+    """The request with `max_tokens: limit` when it sets no length limit of its own, and
+    `""` for an assistant message's null content; the same bytes when neither applies."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body  # the server answers a bad body itself
-    if not isinstance(parsed, dict) or any(parsed.get(f) is not None for f in LENGTH_FIELDS):
+    if not isinstance(parsed, dict):
         return body
-    return orjson.dumps({**parsed, "max_tokens": limit})
+    changed = dict(parsed)
+    if not any(parsed.get(f) is not None for f in LENGTH_FIELDS):
+        changed["max_tokens"] = limit
+    messages = parsed.get("messages")
+    if isinstance(messages, list) and any(_null_assistant(m) for m in messages):
+        changed["messages"] = [{**m, "content": ""} if _null_assistant(m) else m
+                               for m in messages]
+    return body if changed == parsed else orjson.dumps(changed)
+
+
+def _null_assistant(message: object) -> bool:
+    return (isinstance(message, dict) and message.get("role") == "assistant"
+            and "content" in message and message["content"] is None)
 
 
 class CapHost:

@@ -97,6 +97,17 @@ def test_the_cap_applies_only_where_no_limit_is_set() -> None:
     assert capped(b"not json", 512) == b"not json"
 
 
+def test_null_assistant_content_goes_to_the_model_server_as_an_empty_string() -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "content": "ok", "tool_call_id": "c"}]
+    sent = json.loads(capped(json.dumps({"messages": history, "max_tokens": 9}).encode(), 512))
+    assert sent["messages"][1] == {"role": "assistant", "content": "", "tool_calls": [call]}
+    assert sent["messages"][0] == history[0] and sent["messages"][2] == history[2]
+    assert sent["max_tokens"] == 9
+
+
 def test_events_and_bfcl_scores_become_records() -> None:
     events: list[Any] = [
         {"event": "attempt", "ts": 0.0, "request_id": "r", "session": "simple_python_1",
