@@ -247,3 +247,44 @@ def test_the_cheap_check_never_misses_what_the_repair_would_change(
     body = {"model": "m", "messages": messages}
     if not needs_work(body, "chat"):
         assert not repair_chat(body)[1].changed
+
+
+INPUTS = st.one_of(st.just({"a": 1}), st.just('{"a": 1}'), st.just("{"), st.just([1]),
+                   st.none())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(INPUTS, st.booleans(), st.booleans()), min_size=1, max_size=4))
+def test_the_cheap_check_never_misses_a_messages_repair(
+        turns: list[tuple[object, bool, bool]]) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    for index, (value, answered, user_after) in enumerate(turns):
+        messages.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"t{index}", "name": "f", "input": value}]})
+        blocks: list[dict[str, Any]] = []
+        if answered:
+            blocks.append({"type": "tool_result", "tool_use_id": f"t{index}", "content": "ok"})
+        if user_after or answered:
+            messages.append({"role": "user", "content": [*blocks,
+                                                         {"type": "text", "text": "go"}]})
+    body = {"model": "m", "messages": messages}
+    if not needs_work(body, "messages"):
+        assert not repair_messages(body)[1].changed
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(ARGUMENTS, st.booleans(), st.booleans()), min_size=1, max_size=4))
+def test_the_cheap_check_never_misses_a_responses_repair(
+        turns: list[tuple[object, bool, bool]]) -> None:
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "hi"}]
+    for index, (arguments, answered, user_after) in enumerate(turns):
+        items.append({"type": "function_call", "call_id": f"c{index}", "name": "f",
+                      "arguments": arguments})
+        if answered:
+            items.append({"type": "function_call_output", "call_id": f"c{index}",
+                          "output": "ok"})
+        if user_after:
+            items.append({"role": "user", "content": "next"})
+    body = {"model": "m", "input": items}
+    if not needs_work(body, "responses"):
+        assert not repair_responses(body)[1].changed
