@@ -393,6 +393,14 @@ def chosen_attempt(result: LadderResult, returned: Attempt) -> str:
     return f"{returned.number}+fix" if returned.kind == "fix" else str(returned.number)
 
 
+def chosen_label(result: LadderResult, on_exhausted: OnExhausted) -> str:
+    """`chosen_attempt` of what the agent gets under `on_exhausted`, or "none" when it
+    gets the exhausted error instead (`on_exhausted: error`)."""
+    if result.gave_up and on_exhausted == "error":
+        return "none"
+    return chosen_attempt(result, returned_attempt(result, on_exhausted))
+
+
 def settle_choice(result: LadderResult, on_exhausted: OnExhausted) -> str:
     """Which attempt the agent gets, for the outcome record; the fallbacks it takes
     (withheld; under `best`, an earlier attempt than the last) added to the result's."""
@@ -401,7 +409,7 @@ def settle_choice(result: LadderResult, on_exhausted: OnExhausted) -> str:
     returned = returned_attempt(result, on_exhausted)
     if result.gave_up and on_exhausted == "best" and returned is not result.final:
         result.fallbacks.append("least_bad_attempt_returned")
-    return chosen_attempt(result, returned)
+    return chosen_label(result, on_exhausted)
 
 
 def agent_completion(result: LadderResult, final: Attempt | None = None) -> JsonObject:

@@ -22,7 +22,7 @@ from reflexguard.core.ladder import (
     LadderResult,
     RequestBuilders,
     agent_completion,
-    chosen_attempt,
+    chosen_label,
     read_attempt,
     returned_attempt,
     run_ladder,
@@ -146,7 +146,7 @@ class GuardedCall:
     def finish(self, result: LadderResult) -> dict[str, str]:
         tracing.hooks.decided(self, result)
         upstream = sum(a.upstream_seconds for a in result.attempts)
-        chosen = chosen_attempt(result, returned_attempt(result, self.policy.on_exhausted))
+        chosen = chosen_label(result, self.policy.on_exhausted)
         return self.finished(upstream, result.upstream_calls, result.violations, chosen)
 
     def finished(self, upstream_seconds: float, attempts: int, violations: int,

@@ -173,3 +173,13 @@ async def test_re_asks_without_a_client_limit_are_bounded(fake, proxy, dialect):
     await client.post(path, json=sent)
     field = "max_output_tokens" if dialect == "responses" else "max_tokens"
     assert [r.get(field) for r in upstream.requests] == [None, 256, 256]
+
+
+async def test_the_exhausted_error_names_no_attempt(fake, proxy, tmp_path):
+    upstream, _ = fake
+    upstream.script = [Scripted(r) for r in CHAT]
+    client = await proxy(on_exhausted="error")
+    response = await client.post("/v1/chat/completions", json=chat_body())
+    assert response.status == 502
+    assert response.headers["x-reflexguard-chosen-attempt"] == "none"
+    assert outcome_records(tmp_path / "events.jsonl")[0]["chosen_attempt"] == "none"
