@@ -16,6 +16,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from reflexguard.core.ladder import UpstreamFailure
 from reflexguard.ops.otel import SCOPE, Instruments, OtelHooks, RequestTrace, current
 from reflexguard.ops.otel_setup import Providers, process_providers
 
@@ -121,12 +122,15 @@ def wrap_upstream(upstream: Any) -> None:
 
 
 _servers: dict[str, dict[str, Any]] = {}
+SERVERS_KEPT = 64  # distinct upstream URLs remembered (the embedded model's change on restart)
 
 
 def _server(upstream: Any) -> dict[str, Any]:
-    """server.address and server.port of the upstream, read once per base URL (the
-    embedded model's changes when it is restarted)."""
-    base = str(upstream.base_url)
+    """server.address and server.port of the upstream as it is now, parsed once per URL."""
+    try:
+        base = upstream.url("")
+    except (UpstreamFailure, ValueError, TypeError):  # the embedded model is restarting
+        return {}
     found = _servers.get(base)
     if found is None:
         try:
@@ -136,6 +140,8 @@ def _server(upstream: Any) -> dict[str, Any]:
                 found["server.port"] = url.port
         except (ValueError, TypeError):
             found = {}
+        if len(_servers) >= SERVERS_KEPT:
+            _servers.clear()
         _servers[base] = found
     return found
 
