@@ -111,9 +111,10 @@ def _safe_object(value: dict[str, Any], schema: dict[str, Any], applied: list[st
             types = _types(sub)
             enum = sub.get("enum")
             # Dropped only where the schema refuses null: a nullable property's null is
-            # an answer ("clear it"), not a way of saying "not given".
+            # an answer ("clear it"), not a way of saying "not given" (OpenAPI's
+            # `nullable: true` says so too, though JSON Schema does not read it).
             if types is not None and "null" not in types and not (
-                    isinstance(enum, list) and None in enum):
+                    isinstance(enum, list) and None in enum) and sub.get("nullable") is not True:
                 applied.append(NULL_DROPPED)
                 continue
         out[key] = _safe_value(item, sub, applied, depth + 1)
