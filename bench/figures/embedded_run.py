@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -18,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from bench.tau2.tap import Exchange, Tap
 from bench.tau2.tool_prompts import requests
 from reflexguard.http.app import build_app
+from reflexguard.http.connections import answer_bound
 from reflexguard.ops.config import Settings
 
 
@@ -48,7 +50,9 @@ async def run_prompts(model_url: str, events_path: Path, limit: int | None = Non
     config = Settings(upstream=str(tap_server.make_url("/v1")), tool_call_format="content",
                       events=events_path, **settings)
     app: web.Application = build_app(config)
-    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    # The client waits as long as reflexguard may take to answer, never less (issue 18).
+    client: TestClient[Any, Any] = TestClient(
+        TestServer(app), timeout=aiohttp.ClientTimeout(total=answer_bound(config)))
     await client.start_server()
     results: list[PromptResult] = []
     try:

@@ -240,6 +240,12 @@ class ResponsesEvents:
             response = {**response, "usage": {**usage, "input_tokens": prompt,
                                               "output_tokens": output,
                                               "total_tokens": prompt + output}}
+        items = response.get("output")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            # The template a valid reply is written from: only whole items in a list.
+            _odd(self.oddities, "response.output")
+            items = items if isinstance(items, list) else []
+            response = {**response, "output": [i for i in items if isinstance(i, dict)]}
         self.skeleton = response  # its output items' ids are kept for valid calls
         finish = "length" if kind == "response.incomplete" else (
             "tool_calls" if self.calls else "stop")

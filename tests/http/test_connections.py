@@ -172,6 +172,29 @@ def test_a_body_that_does_not_arrive_is_cut_at_the_body_timeout(quick: Served) -
     assert error["code"] == "request_timeout"
 
 
+def test_a_body_still_trickling_after_its_timeout_gets_one_answer(quick: Served) -> None:
+    """Found by the fuzz suite: the 408 for a late body, then the body's later bytes, must
+    not be taken for a new head (a second 408 on the same connection broke its framing)."""
+    began = time.monotonic()
+    data = b""
+    with socket.create_connection(("127.0.0.1", quick.port), timeout=30) as conn:
+        conn.sendall(POST + b"Content-Length: 1000\r\n\r\n{")
+        while time.monotonic() - began < 4:
+            try:
+                conn.sendall(b" ")
+            except OSError:
+                break
+            time.sleep(0.2)
+        conn.settimeout(30)
+        try:
+            while chunk := conn.recv(65536):
+                data += chunk
+        except ConnectionError:
+            pass
+    assert data.count(b"HTTP/1.1 ") == 1, data[:600]
+    assert_json_error(data, 408)
+
+
 def metric(port: int, name: str, reason: str) -> float:
     _, _, body = head_and_body(raw(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
                                          b"Connection: close\r\n\r\n"))
@@ -233,3 +256,26 @@ async def test_past_the_cap_with_none_to_shed_a_new_connection_gets_a_counted_50
                 slow.close()
         await asyncio.sleep(0.5)
         assert metric(served.port, "reflexguard_connections_refused", "cap") >= 1
+
+
+async def test_the_embedded_run_waits_as_long_as_reflexguard_may(
+        fake: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 9: the real-model suite's client (bench.figures.embedded_run) waits for an
+    answer at least as long as reflexguard's own bound under the run's settings, not
+    aiohttp's default 5 minutes."""
+    import bench.figures.embedded_run as embedded_run
+
+    _, server = fake
+    made: list[Any] = []
+    real = embedded_run.TestClient
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        client = real(*args, **kwargs)
+        made.append(client)
+        return client
+
+    monkeypatch.setattr(embedded_run, "TestClient", recording)
+    run = await embedded_run.run_prompts(str(server.make_url("/v1")), tmp_path / "ev.jsonl",
+                                         limit=1)
+    waited = made[0].session.timeout.total
+    assert waited is not None and waited >= run.settings.request_timeout, waited

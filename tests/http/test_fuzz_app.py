@@ -6,7 +6,10 @@ Whatever a client sends and whatever the model server answers, reflexguard must:
   reflexguard's `internal` error), and never break HTTP framing (a reset, a cut body, a
   second response inside the first);
 - answer every 4xx/5xx with an OpenAI-format error body;
-- end a guarded stream with `[DONE]` or an OpenAI-format error event;
+- end a guarded stream with `[DONE]` or an OpenAI-format error event (then `[DONE]`); a
+  Messages or Responses stream (streamed upstream events with missing, null, odd-typed,
+  duplicated and oversized fields) in its own grammar, ending with its end or error event;
+- answer a slow client within its bounds, and cut it (a JSON 408) past them;
 - keep its event loop free: /healthz, probed continuously from another thread, answers
   within 1 s while any case is in flight (a case whose probe took over 100 ms is sent
   again, and the better of the two counts: shared machines stall);
@@ -31,16 +34,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TOOLS, chat_body
+from tests.http.dialect_fixtures import messages_body, responses_body
 from tests.http.fuzz.checks import JSON_HEADERS, SECRET, Case, check, escapes_v1, run
 from tests.http.fuzz.harness import Scene
-from tests.http.fuzz.setup import ADMIN_TOKEN, Fixture, fuzz_setup
+from tests.http.fuzz.setup import ADMIN_TOKEN, SLOW_BOUND, Fixture, fuzz_setup
 from tests.http.fuzz.strategies import (
     COMPLETION_SCENES,
     DEPTHS,
     ENVELOPES,
+    MESSAGES_PLANS,
     PLANS,
     RAW_BODIES,
     REMOTE_SCHEMAS,
+    RESPONSES_PLANS,
     VALID_PARAMETERS,
     WELL_KNOWN_METASCHEMAS,
     completion_scene,
@@ -85,6 +91,79 @@ def test_any_model_output_gets_a_well_formed_answer(fuzz: Fixture, plan: list[Sc
     case = Case(profile, orjson.dumps(body), plan=tuple(plan), guarded="n" not in options,
                 stream=stream, client_messages=len(body["messages"]))
     check(case, run(fuzz.harness, case))
+
+
+# -- native streams: Messages and Responses (issue 18) ------------------------------------
+
+
+@settings(FUZZ, max_examples=400)
+@given(plan=MESSAGES_PLANS, profile=st.sampled_from(PROFILES))
+def test_any_messages_stream_gets_a_well_formed_messages_answer(
+        fuzz: Fixture, plan: tuple[Scene, ...], profile: str) -> None:
+    """Streamed upstream events with missing, null, odd-typed, duplicated and oversized
+    fields: never a 500 of reflexguard's own, and a 200 is a whole Messages stream ending
+    in message_stop or an `error` event, never a chat-format line."""
+    body = messages_body(stream=True)
+    case = Case(profile, orjson.dumps(body), path="/v1/messages", plan=plan, guarded=True,
+                stream=True, dialect="messages", client_messages=len(body["messages"]))
+    check(case, run(fuzz.harness, case))
+
+
+@settings(FUZZ, max_examples=400)
+@given(plan=RESPONSES_PLANS, profile=st.sampled_from(PROFILES))
+def test_any_responses_stream_gets_a_well_formed_responses_answer(
+        fuzz: Fixture, plan: tuple[Scene, ...], profile: str) -> None:
+    body = responses_body(stream=True)
+    case = Case(profile, orjson.dumps(body), path="/v1/responses", plan=plan, guarded=True,
+                stream=True, dialect="responses", client_messages=1)
+    check(case, run(fuzz.harness, case))
+
+
+# -- slow clients (issue 18) ----------------------------------------------------------------
+
+SLOW_PATHS = st.sampled_from(["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+
+
+@settings(FUZZ, max_examples=12)
+@given(path=SLOW_PATHS, stream=st.booleans(), pieces=st.sampled_from([2, 4, 8]),
+       gap=st.sampled_from([0.05, 0.4, 1.0]))
+def test_a_slow_client_is_answered_or_cut_at_its_bound(fuzz: Fixture, path: str, stream: bool,
+                                                       pieces: int, gap: float) -> None:
+    """A request written in pieces: answered when it arrives within profile a's header and
+    body timeouts, else a JSON 408; the loop stays free either way."""
+    body = {"/v1/chat/completions": chat_body, "/v1/messages": messages_body,
+            "/v1/responses": responses_body}[path](stream=stream)
+    dialect = path.removeprefix("/v1/").replace("chat/completions", "chat")
+    late = pieces * gap > SLOW_BOUND
+    # The fake's default is a chat completion: a native route's re-ask reads it as it can.
+    case = Case("a", orjson.dumps(body), path=path, pieces=pieces, gap=gap,
+                expect=(200, 408) if late else (), dialect=dialect,
+                client_messages=len(body.get("messages", [])))
+    outcome = run(fuzz.harness, case)
+    check(case, outcome)
+    if not late:
+        assert outcome.exchange.status != 408, "a request within its bounds was cut"
+
+
+def test_slow_connections_in_bulk_leave_the_proxy_answering(fuzz: Fixture) -> None:
+    """300 connections trickling a header byte a second while ordinary requests run: each
+    request is answered, /healthz within its bound, and the slow ones are cut (counted)."""
+    harness = fuzz.harness
+    held = harness.hold_slow_connections("a", 300, b"POST /v1/chat/completions HTTP/1.1\r\n"
+                                                   b"X-Slow: ")
+    try:
+        for profile in PROFILES:
+            for _ in range(3):
+                case = Case(profile, orjson.dumps(chat_body()), expect=(200,), guarded=True,
+                            client_messages=2)
+                check(case, run(harness, case))
+        held.result(SLOW_BOUND * 5)  # every slow connection cut by the header timeout
+    finally:
+        held.cancel()
+    admin = ((b"Authorization", f"Bearer {ADMIN_TOKEN}".encode()),)
+    metrics = run(harness, Case("a", method="GET", path="/metrics", headers=admin))
+    assert b'reflexguard_connections_refused_total{reason="header_timeout"}' in \
+        metrics.exchange.body
 
 
 # -- request bodies -------------------------------------------------------------------------

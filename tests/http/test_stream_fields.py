@@ -144,6 +144,8 @@ RESPONSES_VARIANTS = [
     ("output_index null", "response.output_item.added", "output_index", None),
     ("output_index string", "response.output_item.added", "output_index", "1"),
     ("output_index missing", "response.function_call_arguments.delta", "output_index", DELETE),
+    # found by the fuzz suite: the completed response's output as the template of the reply
+    ("response.output int", "response.completed", "response.output", 7),
 ]
 
 

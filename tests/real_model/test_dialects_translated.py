@@ -20,6 +20,7 @@ from aiohttp import web
 
 from reflexguard.embedded.child import ModelServer
 from reflexguard.http.app import build_app
+from reflexguard.http.connections import answer_bound
 from reflexguard.ops.config import Settings
 from reflexguard.ops.loopback import free_port
 
@@ -34,6 +35,10 @@ CANCEL_SCHEMA: dict[str, Any] = {
     "required": ["order_id", "reason"],
 }
 PROMPT = "Cancel order #W2378156, I ordered it by mistake."
+SETTINGS: dict[str, Any] = {"upstream_dialects": ["chat"], "tool_call_format": "content",
+                            "max_repairs": 2}
+# The SDKs wait as long as reflexguard may take under these settings, never less (issue 18).
+CLIENT_TIMEOUT = answer_bound(Settings(upstream="http://127.0.0.1:9/v1", **SETTINGS))
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +46,9 @@ def translated_proxy(q4_server: ModelServer, tmp_path_factory: pytest.TempPathFa
                      ) -> Iterator[str]:
     """reflexguard on a real port, in a thread, translating to the embedded model."""
     port = free_port()
-    settings = Settings(upstream=q4_server.base_url, upstream_dialects=["chat"],
-                        tool_call_format="content", max_repairs=2,
-                        events=tmp_path_factory.mktemp("events") / "events.jsonl")
+    settings = Settings(upstream=q4_server.base_url,
+                        events=tmp_path_factory.mktemp("events") / "events.jsonl",
+                        **SETTINGS)
     started = threading.Event()
     holder: dict[str, Any] = {}
 
@@ -78,7 +83,8 @@ def metrics(base: str) -> str:
 
 
 def test_anthropic_sdk_gets_a_well_formed_message(translated_proxy: str) -> None:
-    client = anthropic.Anthropic(base_url=translated_proxy, api_key="unused", timeout=600)
+    client = anthropic.Anthropic(base_url=translated_proxy, api_key="unused",
+                           timeout=CLIENT_TIMEOUT)
     message = client.messages.create(
         model="embedded", max_tokens=256,
         messages=[{"role": "user", "content": PROMPT}],
@@ -95,7 +101,8 @@ def test_anthropic_sdk_gets_a_well_formed_message(translated_proxy: str) -> None
 
 
 def test_anthropic_sdk_stream_is_parsed(translated_proxy: str) -> None:
-    client = anthropic.Anthropic(base_url=translated_proxy, api_key="unused", timeout=600)
+    client = anthropic.Anthropic(base_url=translated_proxy, api_key="unused",
+                           timeout=CLIENT_TIMEOUT)
     with client.messages.stream(
         model="embedded", max_tokens=256,
         messages=[{"role": "user", "content": PROMPT}],
@@ -108,7 +115,8 @@ def test_anthropic_sdk_stream_is_parsed(translated_proxy: str) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_openai_responses_are_well_formed(translated_proxy: str, stream: bool) -> None:
-    client = openai.OpenAI(base_url=f"{translated_proxy}/v1", api_key="unused", timeout=600)
+    client = openai.OpenAI(base_url=f"{translated_proxy}/v1", api_key="unused",
+                           timeout=CLIENT_TIMEOUT)
     tools: Any = [{"type": "function", "name": "cancel_pending_order",
                    "parameters": CANCEL_SCHEMA, "strict": False}]
     if stream:

@@ -44,6 +44,9 @@ class Case:
     guarded: bool = False  # a valid request with tools: its 200 is a completion or a stream
     stream: bool = False
     client_messages: int = 0
+    dialect: str = "chat"  # "messages" / "responses": errors and streams in that grammar
+    pieces: int = 1  # > 1: a slow client, the request written in pieces `gap` s apart
+    gap: float = 0.0
 
     def __repr__(self) -> str:
         body = self.body if len(self.body) <= 400 else self.body[:400] + b"..."
@@ -72,7 +75,8 @@ def _send(harness: Harness, case: Case, request: bytes) -> tuple[Exchange, float
     gc.disable()
     try:
         started = time.perf_counter()
-        exchange = harness.send(case.profile, request, case.method, CASE_TIMEOUT)
+        exchange = harness.send(case.profile, request, case.method, CASE_TIMEOUT,
+                                case.pieces, case.gap)
         ended = time.perf_counter()
     finally:
         gc.enable()
@@ -115,6 +119,66 @@ def error_of(body: bytes) -> dict[str, Any]:
     assert isinstance(error["message"], str), f"error message is not a string: {body[:300]!r}"
     assert "Traceback" not in error["message"]
     return error
+
+
+def dialect_error_of(body: bytes, dialect: str) -> dict[str, Any]:
+    """The error in `body` in the dialect's format: Anthropic's on Messages
+    (`{"type": "error", "error": {"type", "message"}}`), OpenAI's elsewhere."""
+    if dialect != "messages":
+        return error_of(body)
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        raise AssertionError(f"error body is not JSON: {body[:300]!r}") from None
+    assert isinstance(parsed, dict) and parsed.get("type") == "error", (
+        f"not an Anthropic error: {body[:300]!r}")
+    error = parsed.get("error")
+    assert isinstance(error, dict) and isinstance(error.get("type"), str) and isinstance(
+        error.get("message"), str), f"not an Anthropic error: {body[:300]!r}"
+    assert "Traceback" not in error["message"]
+    return error
+
+
+MESSAGES_ENDS = ("message_stop", "error")
+RESPONSES_ENDS = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+def native_sse_fault(exchange: Exchange, dialect: str) -> str | None:
+    """Why a guarded Messages or Responses 200 stream is not well formed: every event named
+    (`event:` then `data:` + a JSON object whose `type` is that name), none after the end,
+    and ending with the dialect's own end or error event, never a chat-format line."""
+    if not exchange.headers.get("content-type", "").startswith("text/event-stream"):
+        return f"a streamed answer with Content-Type {exchange.headers.get('content-type')!r}"
+    try:
+        text = exchange.body.decode()
+    except UnicodeDecodeError:
+        return "the stream is not UTF-8"
+    if not text.endswith("\n\n"):
+        return f"the stream does not end on an event boundary: {text[-200:]!r}"
+    ends = MESSAGES_ENDS if dialect == "messages" else RESPONSES_ENDS
+    last = None
+    for index, event in enumerate(e for e in text.split("\n\n") if e.strip()):
+        name, _, data = event.partition("\n")
+        if not name.startswith("event: ") or not data.startswith("data: "):
+            return f"event {index} is not a named event: {event[:200]!r}"
+        if last in ends:
+            return f"event after the end ({last}): {event[:200]!r}"
+        try:
+            value = json.loads(data.removeprefix("data: "))
+        except ValueError:
+            return f"event {index} is not JSON: {data[:200]!r}"
+        name = name.removeprefix("event: ")
+        if not isinstance(value, dict) or value.get("type") != name:
+            return f"event {index} named {name!r} carries {data[:200]!r}"
+        if name == "error":
+            message = value.get("error", {}).get("message") if dialect == "messages" \
+                else value.get("message")
+            if not isinstance(message, str):
+                return f"an error event without a message: {data[:200]!r}"
+        last = name
+    if last not in ends:
+        return f"the stream ends without {' or '.join(ends)}: {text[-300:]!r}"
+    return None
 
 
 def sse_fault(exchange: Exchange) -> str | None:
@@ -219,14 +283,18 @@ def check(case: Case, outcome: Outcome) -> None:
         f"/healthz took {outcome.worst_probe * 1000:.0f} ms while this case ran")
     if exchange.status == 500:
         own = not outcome.sent_500 or (
-            case.method != "HEAD" and error_of(exchange.body).get("code") == "internal")
+            case.method != "HEAD" and case.dialect != "messages"
+            and error_of(exchange.body).get("code") == "internal")
         assert not own, f"reflexguard answered 500 of its own: {exchange.body[:300]!r}"
     if exchange.status >= 400 and case.method != "HEAD":
-        error_of(exchange.body)
+        if case.dialect == "messages" and exchange.status not in (408, 503):  # connection
+            dialect_error_of(exchange.body, "messages")  # bounds answer before any route
+        else:
+            error_of(exchange.body)
     if case.expect:
         assert exchange.status in case.expect, f"expected {case.expect}, got {exchange.status}"
     if case.expect_text is not None:
-        assert case.expect_text in error_of(exchange.body)["message"]
+        assert case.expect_text in dialect_error_of(exchange.body, case.dialect)["message"]
     client_query = case.path.partition("?")[2]
     for request in outcome.seen:
         assert request.raw_path.startswith("/v1/") and ".." not in request.path.split("/"), (
@@ -236,7 +304,8 @@ def check(case: Case, outcome: Outcome) -> None:
         "the upstream's credentials reached the client")
     if case.guarded and exchange.status == 200:
         if case.stream:
-            fault = sse_fault(exchange)
+            fault = sse_fault(exchange) if case.dialect == "chat" else native_sse_fault(
+                exchange, case.dialect)
             assert fault is None, f"malformed guarded stream: {fault}"
         else:
             assert isinstance(json.loads(exchange.body), dict), "a 200 that is not a JSON object"

@@ -22,7 +22,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from reflexguard.http.app import build_app
+from reflexguard.http.app import GUARD_KEY, build_app
+from reflexguard.http.connections import GuardedRunner
 from reflexguard.ops.config import Settings
 
 T = TypeVar("T")
@@ -331,6 +332,69 @@ async def exchange(port: int, request: bytes, method: str, timeout: float) -> Ex
     return Exchange(status, headers, body, fault, time.perf_counter() - began)
 
 
+async def exchange_slowly(port: int, request: bytes, method: str, timeout: float,
+                          pieces: int, gap: float) -> Exchange:
+    """As `exchange`, the request written in `pieces` pieces `gap` seconds apart; a server
+    that answers (a 408) or closes before the last piece is read, not a fault."""
+    began = time.perf_counter()
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+    except (OSError, TimeoutError) as exc:
+        return Exchange(0, {}, b"", f"cannot connect: {exc!r}", 0.0)
+    size = max(1, -(-len(request) // pieces))
+    data = b""
+    try:
+        try:
+            for at in range(0, len(request), size):
+                writer.write(request[at:at + size])
+                await writer.drain()
+                if at + size < len(request):
+                    await asyncio.sleep(gap)
+                    if reader.at_eof() or writer.is_closing():
+                        break
+        except ConnectionError:
+            pass  # the server stopped reading (a timeout's answer): read what it said
+        data = await asyncio.wait_for(reader.read(), timeout)
+    except TimeoutError:
+        return Exchange(0, {}, data, f"no complete answer within {timeout} s",
+                        time.perf_counter() - began)
+    except ConnectionError as exc:
+        if not data:
+            return Exchange(0, {}, b"", None, time.perf_counter() - began)  # closed, silent
+        return Exchange(0, {}, data, f"connection error: {exc!r}", time.perf_counter() - began)
+    finally:
+        writer.close()
+    if not data:  # closed without a word: the head timeout on an empty head
+        return Exchange(0, {}, b"", None, time.perf_counter() - began)
+    status, headers, body, fault = parse_response(data, method)
+    return Exchange(status, headers, body, fault, time.perf_counter() - began)
+
+
+async def _trickle(port: int, count: int, head: bytes) -> None:
+    writers: list[asyncio.StreamWriter] = []
+    try:
+        for _ in range(count):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                continue
+            writer.write(head)
+            writers.append(writer)
+        while writers:
+            await asyncio.sleep(1.0)
+            for writer in list(writers):
+                if writer.is_closing():
+                    writers.remove(writer)
+                    continue
+                try:
+                    writer.write(b"a")
+                except (ConnectionError, RuntimeError):
+                    writers.remove(writer)
+    finally:
+        for writer in writers:
+            writer.close()
+
+
 # -- the whole set-up -----------------------------------------------------------------------
 
 
@@ -355,8 +419,16 @@ class Harness:
         self.cases = 0
         self.worst_in_flight = 0.0  # the longest /healthz wait seen while a case ran
 
-    async def _serve(self, app: web.Application, where: LoopThread) -> int:
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    async def _serve(self, app: web.Application, where: LoopThread,
+                     settings: Settings | None = None) -> int:
+        """`app` on a free loopback port; a proxy (with `settings`) through the runner that
+        `reflexguard serve` uses, so its connection bounds and protocol errors are fuzzed."""
+        runner: web.AppRunner
+        if settings is not None:
+            runner = GuardedRunner(app, settings, app[GUARD_KEY].telemetry,
+                                   handle_signals=False, access_log=None)
+        else:
+            runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -367,7 +439,7 @@ class Harness:
 
     def add_proxy(self, name: str, settings: Settings) -> None:
         async def start() -> int:
-            return await self._serve(build_app(settings), self.proxy)
+            return await self._serve(build_app(settings), self.proxy, settings)
 
         self.ports[name] = self.proxy.run(start())
 
@@ -376,9 +448,22 @@ class Harness:
         self._probing = asyncio.run_coroutine_threadsafe(self.prober.run(), self.probe_loop.loop)
         self.audit = ConnectAudit({self.upstream_port, *self.ports.values()})
 
-    def send(self, profile: str, request: bytes, method: str, timeout: float) -> Exchange:
+    def send(self, profile: str, request: bytes, method: str, timeout: float,
+             pieces: int = 1, gap: float = 0.0) -> Exchange:
+        """One request; with `pieces` > 1, written in that many pieces `gap` seconds apart
+        (a slow client)."""
+        if pieces > 1:
+            return self.client.run(
+                exchange_slowly(self.ports[profile], request, method, timeout, pieces, gap),
+                timeout + pieces * gap + 10)
         return self.client.run(exchange(self.ports[profile], request, method, timeout),
                                timeout + 10)
+
+    def hold_slow_connections(self, profile: str, count: int, head: bytes) -> Future[None]:
+        """`count` connections to `profile`, each sent `head` (an unfinished request) and
+        then a byte a second until the server closes them or the future is cancelled."""
+        return asyncio.run_coroutine_threadsafe(
+            _trickle(self.ports[profile], count, head), self.client.loop)
 
     def close(self) -> None:
         if self.audit is not None:

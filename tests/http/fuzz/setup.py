@@ -21,6 +21,7 @@ from tests.http.fuzz.harness import Harness
 from tests.http.fuzz.strategies import valid_call_scene
 
 ADMIN_TOKEN = "fuzz-admin-token"
+SLOW_BOUND = 3.0  # profile a's header and body timeouts, seconds
 
 
 def profiles(upstream_port: int, directory: Path) -> dict[str, Settings]:
@@ -29,7 +30,9 @@ def profiles(upstream_port: int, directory: Path) -> dict[str, Settings]:
     known = Settings.model_fields
     a: dict[str, Any] = {"upstream": f"http://127.0.0.1:{upstream_port}/v1",
                          "events": directory / "events-a.jsonl", "max_repairs": 1,
-                         "upstream_timeout": 10}
+                         "upstream_timeout": 10,
+                         # short read timeouts: the slow-client cases see them act
+                         "header_timeout": SLOW_BOUND, "body_timeout": SLOW_BOUND}
     b: dict[str, Any] = {
         "upstream": f"http://fuzzuser:{SECRET}@127.0.0.1:{upstream_port}/v1",
         "events": directory / "events-b.jsonl", "tool_call_format": "content",

@@ -385,3 +385,105 @@ def tool(name: str, parameters: Any) -> dict[str, Any]:
 
 
 VALID_PARAMETERS = TOOLS[0]["function"]["parameters"]
+
+
+# -- native streams (issue 18): Messages and Responses events, fields made odd ------------
+
+# Where a field may be made odd, per dialect: dotted paths into an event's data.
+MESSAGES_FIELDS = ("index", "usage", "usage.input_tokens", "usage.output_tokens", "delta",
+                   "delta.type", "delta.text", "delta.partial_json", "delta.stop_reason",
+                   "content_block", "content_block.type", "content_block.name",
+                   "content_block.id", "content_block.text", "message", "message.usage",
+                   "message.usage.input_tokens", "message.id", "type")
+RESPONSES_FIELDS = ("output_index", "delta", "item", "item.type", "item.name", "item.call_id",
+                    "item.arguments", "response", "response.usage", "response.usage.input_tokens",
+                    "response.usage.output_tokens", "response.output", "response.status",
+                    "sequence_number", "type", "item_id")
+ODD_VALUES = ("null", "digit-string", "word", "int", "negative", "float", "bool", "list",
+              "object", "huge", "delete", "duplicate-null", "duplicate-word")
+HUGE_FIELD = 600_000  # characters: a field past aiohttp's old 512 KiB line limit
+
+
+def odd_value(label: str) -> Any:
+    return {"null": None, "digit-string": "1", "word": "many", "int": 7, "negative": -3,
+            "float": 1.5, "bool": True, "list": [], "object": {},
+            "huge": "x" * HUGE_FIELD}[label]
+
+
+def _oddly(data: dict[str, Any], path: str, label: str) -> bytes:
+    """`data` as SSE JSON with the field at `path` made odd (or its parents made up)."""
+    *parents, last = path.split(".")
+    target = data
+    for key in parents:
+        inner = target.get(key)
+        if not isinstance(inner, dict):
+            inner = target[key] = {}
+        target = inner
+    if label == "delete":
+        target.pop(last, None)
+    elif not label.startswith("duplicate"):
+        target[last] = odd_value(label)
+    text = json.dumps(data)
+    if label.startswith("duplicate") and not parents:  # the key twice: JSON allows it
+        first = "null" if label == "duplicate-null" else '"x"'
+        rest = text[1:] if len(text) > 2 else "}"
+        comma = ", " if len(text) > 2 else ""
+        text = "{" + f'"{last}": {first}{comma}' + rest
+    return text.encode()
+
+
+def odd_events(events: list[bytes], changes: list[tuple[int, str, str]]) -> tuple[bytes, ...]:
+    """`events` (whole `event:`/`data:` SSE events) with each (position, path, value)
+    change applied to the event at that position (modulo the stream's length)."""
+    out = list(events)
+    for position, path, label in changes:
+        at = position % len(out)
+        name, _, data = out[at].decode().partition("\ndata: ")
+        changed = _oddly(json.loads(data), path, label)
+        out[at] = Big(name.encode() + b"\ndata: " + changed + b"\n\n")
+    return tuple(out)
+
+
+def native_plan(dialect: str, text: str | None, call: tuple[str, str],
+                changes: list[tuple[int, str, str]]) -> tuple[Scene, ...]:
+    """A native stream with odd fields, then native replies for any re-ask (which the fake
+    answers non-streamed)."""
+    from tests.fakes import native_replies as native
+
+    name, arguments = call
+    try:
+        parsed: Any = json.loads(arguments)
+    except ValueError:
+        parsed = arguments
+    if dialect == "messages":
+        reply = native.anthropic_call(name, parsed if isinstance(parsed, dict) else {},
+                                      text=text)
+        events = native.anthropic_stream(reply)
+    else:
+        items = [native.message_item(text)] if text else []
+        reply = native.openai_response(*items, native.function_call(name, arguments))
+        events = native.responses_stream(reply)
+    body = json.dumps(reply).encode()
+    stream = Scene(content_type="text/event-stream", body=body,
+                   events=odd_events(events, changes))
+    return (stream, Scene(body=body), Scene(body=body))
+
+
+NATIVE_CALLS = st.sampled_from([
+    ("get_order_details", '{"order_id": "#W1234567", "detail": "full"}'),
+    ("get_order_details", '{"order_id": 5}'),
+    ("cancel_order", '{"order_id": "#W1"}'),
+    ("nope", "{}"),
+])
+NATIVE_TEXT = st.sampled_from([None, "Looking that up.", "```json\n", "{", "Hello " * 50])
+
+
+def native_changes(fields: tuple[str, ...]) -> Any:
+    return st.lists(st.tuples(st.integers(0, 400), st.sampled_from(fields),
+                              st.sampled_from(ODD_VALUES)), min_size=0, max_size=3)
+
+
+MESSAGES_PLANS = st.builds(native_plan, st.just("messages"), NATIVE_TEXT, NATIVE_CALLS,
+                           native_changes(MESSAGES_FIELDS))
+RESPONSES_PLANS = st.builds(native_plan, st.just("responses"), NATIVE_TEXT, NATIVE_CALLS,
+                            native_changes(RESPONSES_FIELDS))
