@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +105,13 @@ def fallbacks(app: web.Application, kind: str) -> float:
     return float(value)
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (up to WAIT) for what the handler's own unwinding does after the close."""
+    async with asyncio.timeout(WAIT):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
 ROUTES = {"chat": ("/v1/chat/completions", chat_body),
           "messages": ("/v1/messages", messages_body)}
 
@@ -122,10 +129,7 @@ async def test_a_client_that_hangs_up_closes_the_upstream_request(hanging, diale
             with pytest.raises(asyncio.CancelledError):
                 await request
         await asyncio.wait_for(hanging.closed.wait(), WAIT)
-        for _ in range(100):  # the handler's own unwinding runs after the close
-            if fallbacks(app, "client_disconnected"):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: fallbacks(app, "client_disconnected") > 0)
         assert fallbacks(app, "client_disconnected") == 1
         assert fallbacks(app, "upstream_request_abandoned") == 1
     finally:
