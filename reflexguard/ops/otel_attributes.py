@@ -31,14 +31,15 @@ def latest_only() -> bool:
 
 
 def provider_of(call: Any) -> str:
-    """The wire format's provider flavour: an Anthropic Messages upstream, else OpenAI's."""
-    dialect = getattr(call, "dialect", "chat")
-    if dialect == "messages" and getattr(call, "native", True):
+    """The wire format's provider flavour: an Anthropic Messages upstream, else OpenAI's
+    (the Python API's native dialects talk to their own SDK's service: native)."""
+    if dialect_of(call) == "messages" and getattr(call, "native", True):
         return "anthropic"
     return "openai"
 
 
 def dialect_of(call: Any) -> str:
+    """The proxy's call names its dialect in `dialect`; the Python API's in `dialect_name`."""
     name = getattr(call, "dialect", "chat")
     return name if isinstance(name, str) else str(getattr(call, "dialect_name", "chat"))
 
@@ -60,10 +61,11 @@ def response_attributes(completion: Mapping[str, Any]) -> dict[str, Any]:
         value = completion.get(key) or source.get(key)
         if isinstance(value, str):
             attributes[name] = value
-    reasons = [str(c.get("finish_reason")) for c in completion.get("choices") or []
-               if isinstance(c, dict) and c.get("finish_reason") is not None]
-    if not reasons and isinstance(source.get("stop_reason"), str):
-        reasons = [source["stop_reason"]]
+    # The provider's own word where its reply has one (Messages' stop_reason: tool_use),
+    # else the chat view's finish_reason per choice.
+    reasons = [source["stop_reason"]] if isinstance(source.get("stop_reason"), str) else [
+        str(c.get("finish_reason")) for c in completion.get("choices") or []
+        if isinstance(c, dict) and c.get("finish_reason") is not None]
     if reasons:
         attributes["gen_ai.response.finish_reasons"] = reasons
     for usage in (completion.get("usage"), source.get("usage")):

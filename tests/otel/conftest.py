@@ -1,4 +1,5 @@
-"""A real OTLP/HTTP receiver for the session, the SDK's exporters pointed at it."""
+"""A real OTLP/HTTP receiver per test module, the SDK's exporters pointed at it (and the
+variables put back after the module, so no later test inherits them)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ ENVIRONMENT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_BSP_SCHEDULE_DELAY": "10
                "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
     from reflexguard.ops import otel_setup
 
