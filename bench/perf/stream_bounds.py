@@ -61,9 +61,9 @@ def text_events(dialect: str, deltas: list[str]) -> bytes:
                                                        "finish_reason": "stop"}]}))
         return b"".join(events) + b"data: [DONE]\n\n"
     if dialect == "messages":
-        start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "simulated",
-                 "content": [], "stop_reason": None, "usage": {"input_tokens": 5,
-                                                                "output_tokens": 1}}
+        start: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant",
+                                 "model": "simulated", "content": [], "stop_reason": None,
+                                 "usage": {"input_tokens": 5, "output_tokens": 1}}
         events = [_sse("message_start", {"type": "message_start", "message": start}),
                   _sse("content_block_start", {"type": "content_block_start", "index": 0,
                                                "content_block": {"type": "text", "text": ""}})]
@@ -113,9 +113,9 @@ def call_events(dialect: str, arguments: str) -> bytes:
                                                    "finish_reason": "tool_calls"}]})
                 + b"data: [DONE]\n\n")
     if dialect == "messages":
-        start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "simulated",
-                 "content": [], "stop_reason": None, "usage": {"input_tokens": 5,
-                                                                "output_tokens": 1}}
+        start: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant",
+                                 "model": "simulated", "content": [], "stop_reason": None,
+                                 "usage": {"input_tokens": 5, "output_tokens": 1}}
         block = {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {}}
         events = [_sse("message_start", {"type": "message_start", "message": start}),
                   _sse("content_block_start", {"type": "content_block_start", "index": 0,
@@ -229,7 +229,7 @@ def carries_big_call(dialect: str, data: bytes) -> bool:
         elif value.get("type") == "response.function_call_arguments.done":
             pieces = [value["arguments"]]
     try:
-        return json.loads("".join(pieces)) == json.loads(big_arguments())
+        return bool(json.loads("".join(pieces)) == json.loads(big_arguments()))
     except ValueError:
         return False
 
