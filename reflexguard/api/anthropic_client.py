@@ -8,16 +8,19 @@ written as Messages requests (tool_result blocks with is_error), the answer the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import anthropic
-from anthropic.types import Message
+from anthropic._models import construct_type
+from anthropic.types import Message, RawMessageStreamEvent
 
 from reflexguard.api.engine import Guard
 from reflexguard.api.resources import AsyncGuardedCreate, GuardedCreate, native_door
 from reflexguard.dialects.messages import MESSAGES
 
-MESSAGES_DOOR = native_door(MESSAGES, Message, (anthropic.APIError,))
+# The SDK's stream builds each event this way (the client's _process_response_data: construct_type).
+MESSAGES_DOOR = native_door(MESSAGES, Message, (anthropic.APIError,), lambda data: (
+    construct_type(value=data, type_=cast(Any, RawMessageStreamEvent))))
 
 
 class _RawClient:

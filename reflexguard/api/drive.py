@@ -34,6 +34,10 @@ class Door:
     completion: Callable[[JsonObject], Any]  # plain JSON, as the client's completion type
     chunk: Callable[[JsonObject], Any]  # plain JSON, as the client's chunk type
     failures: tuple[type[BaseException], ...]  # a re-ask's errors the ladder falls back on
+    # A native (Messages, Responses) stream guarded: (request, the SDK's stream, call,
+    # door) -> the guarded events (reflexguard.api.native_streams); None: not guarded.
+    native_sync: Callable[..., Generator[Any, None, None]] | None = None
+    native_async: Callable[..., AsyncGenerator[Any, None]] | None = None
 
 
 def _async_send(call: AsyncCall, door: Door) -> Callable[[JsonObject], Awaitable[JsonObject]]:
@@ -55,7 +59,7 @@ def _blocking_send(call: SyncCall, door: Door) -> Callable[[JsonObject], Awaitab
     return send
 
 
-def _settle_sync(request: GuardedRequest, first: Attempt, call: SyncCall,
+def settle_sync(request: GuardedRequest, first: Attempt, call: SyncCall,
                  door: Door) -> LadderResult:
     settled = request.settled(first)
     if settled is not None:
@@ -74,8 +78,8 @@ async def settle_async(request: GuardedRequest, first: Attempt, call: AsyncCall,
 
 def _passthrough_stream(request: GuardedRequest) -> bool:
     if request.dialect is not None:
-        # A native Messages or Responses stream is guarded by the proxy only: in-process it
-        # reaches the caller as the SDK's own stream, unguarded (counted, logged).
+        # A native stream whose door has no stream guard reaches the caller as the SDK's
+        # own stream, unguarded (counted, logged at WARNING).
         request.guard.telemetry.warning_fallback("stream_not_guarded_inprocess",
                                                  request_id=request.request_id,
                                                  dialect=request.dialect_name)
@@ -96,13 +100,15 @@ def complete_sync(guard: Guard, body: JsonObject, call: SyncCall, door: Door,
     if request is None:
         return send_first(body)
     if request.chat.stream:
+        if request.dialect is not None and door.native_sync is not None:
+            return GuardedStream(door.native_sync(request, send_first(body), call, door))
         if _passthrough_stream(request):
             return send_first(body)
         return GuardedStream(_stream_sync(request, send_first, call, door))
     began = time.perf_counter()
     response = send_first(body)
     first = request.first(door.to_dict(response), time.perf_counter() - began)
-    answer = request.answer(_settle_sync(request, first, call, door))
+    answer = request.answer(settle_sync(request, first, call, door))
     return response if answer is None else door.completion(answer)
 
 
@@ -114,6 +120,9 @@ async def complete_async(guard: Guard, body: JsonObject, call: AsyncCall, door: 
     if request is None:
         return await send_first(body)
     if request.chat.stream:
+        if request.dialect is not None and door.native_async is not None:
+            return AsyncGuardedStream(door.native_async(request, await send_first(body), call,
+                                                        door))
         if _passthrough_stream(request):
             return await send_first(body)
         return AsyncGuardedStream(stream_async(request, await send_first(body), call, door))
@@ -139,7 +148,7 @@ def _stream_sync(request: GuardedRequest, first_call: SyncCall, call: SyncCall,
             close = getattr(upstream, "close", None)
             if callable(close):
                 close()
-        result = _settle_sync(request, stream.first(), call, door)
+        result = settle_sync(request, stream.first(), call, door)
         for body in stream.closing(result):
             yield door.chunk(body)
     return chunks()

@@ -10,11 +10,12 @@ guarded as the proxy's native Responses mode guards it (`reflexguard.dialects.re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import openai
+from openai._models import construct_type
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from openai.types.responses import Response
+from openai.types.responses import Response, ResponseStreamEvent
 
 from reflexguard.api.drive import Door
 from reflexguard.api.engine import Guard
@@ -35,7 +36,9 @@ OPENAI_DOOR = Door(
     chunk=ChatCompletionChunk.model_validate,
     failures=(openai.APIError,),
 )
-RESPONSES_DOOR = native_door(RESPONSES, Response, (openai.APIError,))
+# The SDK's stream builds each event this way (the client's _process_response_data: construct_type).
+RESPONSES_DOOR = native_door(RESPONSES, Response, (openai.APIError,), lambda data: (
+    construct_type(value=data, type_=cast(Any, ResponseStreamEvent))))
 
 
 class _Chat:

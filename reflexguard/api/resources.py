@@ -12,10 +12,12 @@ the SDKs themselves read them: frameworks pass `stream=omit` for a plain call.
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from typing import Any
 
 from reflexguard.api.drive import Door, complete_async, complete_sync
 from reflexguard.api.engine import Guard
+from reflexguard.api.native_streams import native_stream_async, native_stream_sync
 from reflexguard.api.raw import (
     AsyncFirstRaw,
     AsyncGuardedStreamingContext,
@@ -65,10 +67,11 @@ def body_caller(create: Any, params: frozenset[str], options: dict[str, Any]) ->
 
 
 def native_door(dialect: Dialect, reply_type: Any,
-                failures: tuple[type[BaseException], ...]) -> Door:
+                failures: tuple[type[BaseException], ...], event: Any = None) -> Door:
     """The door of a native dialect's SDK: its reply object read as the dialect's JSON and
     then into the core's view (`completion_of`, as the proxy's native mode reads it); a
-    native reply written back as the SDK's type, built as the SDK builds its own."""
+    native reply written back as the SDK's type, built as the SDK builds its own. With
+    `event` (an event's JSON -> the SDK's stream event), its streams are guarded too."""
     def to_dict(reply: Any) -> JsonObject:
         native: JsonObject = reply.model_dump(mode="json", exclude_unset=True, warnings=False)
         return dialect.completion_of(native)
@@ -76,7 +79,11 @@ def native_door(dialect: Dialect, reply_type: Any,
     def written(body: JsonObject) -> Any:
         return reply_type.construct(**body)
 
-    return Door(to_dict=to_dict, completion=written, chunk=written, failures=failures)
+    if event is None:
+        return Door(to_dict=to_dict, completion=written, chunk=written, failures=failures)
+    return Door(to_dict=to_dict, completion=written, chunk=written, failures=failures,
+                native_sync=partial(native_stream_sync, event=event),
+                native_async=partial(native_stream_async, event=event))
 
 
 class GuardedCreate:

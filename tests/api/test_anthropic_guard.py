@@ -119,16 +119,35 @@ def test_text_reply_when_a_tool_is_required_is_reasked(
     assert message.content[-1].type == "tool_use" and fake.calls == 2
 
 
-def test_stream_passes_through_unguarded_and_is_counted(
+def test_stream_is_guarded_in_process_as_the_sdks_own_events(
         upstream: tuple[FakeUpstream, str]) -> None:
+    """Guarded as the proxy guards it (issue 19; it used to pass through unguarded)."""
     fake, url = upstream
-    _script(fake, anthropic_call("get_order_detail", GOOD))
+    _script(fake, anthropic_call("get_order_detail", GOOD),
+            anthropic_call("get_order_details", GOOD, call_id="toolu_2"))
     client = _client(url)
     with client.messages.create(stream=True, **messages_body()) as stream:
-        kinds = [event.type for event in stream]
-    assert "message_stop" in kinds and fake.calls == 1
+        events = list(stream)
+    assert all(type(e).__module__.startswith("anthropic.types") for e in events)
+    assert events[-1].type == "message_stop"
+    names = [e.content_block.name for e in events if e.type == "content_block_start"
+             and e.content_block.type == "tool_use"]
+    assert names == ["get_order_details"]
+    assert fake.calls == 2 and fake.requests[0]["stream"] is True
     assert counted(client.guard.telemetry.metrics_text(), "fallbacks",
-                   'kind="stream_not_guarded_inprocess"')
+                   'kind="stream_not_guarded_inprocess"') == 0
+
+
+async def test_async_stream_is_guarded_in_process(upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    _script(fake, anthropic_call("get_order_detail", GOOD),
+            anthropic_call("get_order_details", GOOD, call_id="toolu_2"))
+    client = reflexguard.guard(anthropic.AsyncAnthropic(base_url=url.removesuffix("/v1"),
+                                                        api_key="k", max_retries=0))
+    stream = await client.messages.create(stream=True, **messages_body())
+    names = [e.content_block.name async for e in stream if e.type == "content_block_start"
+             and e.content_block.type == "tool_use"]
+    assert names == ["get_order_details"] and fake.calls == 2
 
 
 def test_a_request_without_tools_goes_straight_through(

@@ -97,16 +97,25 @@ def test_exhausted_ladder_raises_with_the_constrained_last_attempt_in_native_for
         "type": "function", "name": "get_order_details"})
 
 
-def test_stream_passes_through_unguarded_and_is_counted(
+def test_stream_is_guarded_in_process_as_the_sdks_own_events(
         upstream: tuple[FakeUpstream, str]) -> None:
+    """Guarded as the proxy guards it (issue 19; it used to pass through unguarded): the
+    SDK's own event types, the repaired call in response.completed, re-asked unstreamed."""
     fake, url = upstream
-    _script(fake, openai_response(function_call("get_order_detail", GOOD)))
+    _script(fake, openai_response(function_call("get_order_detail", GOOD)),
+            openai_response(function_call("get_order_details", GOOD, call_id="call_2")))
     client = _client(url)
     with client.responses.create(stream=True, **responses_body()) as stream:
-        kinds = [event.type for event in stream]
-    assert kinds[-1] == "response.completed" and fake.calls == 1
+        events = list(stream)
+    assert all(type(e).__module__.startswith("openai.types.responses") for e in events)
+    assert events[-1].type == "response.completed"
+    (call,) = _calls(events[-1].response)
+    assert call.name == "get_order_details" and json.loads(call.arguments) == GOOD
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert fake.calls == 2 and fake.requests[0]["stream"] is True
+    assert "stream" not in fake.requests[1]
     assert counted(client.guard.telemetry.metrics_text(), "fallbacks",
-                   'kind="stream_not_guarded_inprocess"')
+                   'kind="stream_not_guarded_inprocess"') == 0
 
 
 def test_chat_completions_still_guarded_beside_responses(

@@ -22,7 +22,6 @@ from tests.fakes.fake_upstream import FakeUpstream, Scripted, tool_call_completi
 from tests.fakes.native_replies import (
     anthropic_call,
     function_call,
-    message_item,
     openai_response,
 )
 from tests.http.dialect_fixtures import GOOD, messages_body, responses_body
@@ -193,19 +192,18 @@ async def test_async_streaming_response_of_a_chat_stream_is_guarded(
 
 def test_unguarded_paths_are_counted_warnings(upstream: tuple[FakeUpstream, str],
                                               caplog: pytest.LogCaptureFixture) -> None:
-    fake, url = upstream
-    fake.script.append(Scripted(openai_response(message_item("hi"))))
+    _, url = upstream
     client = _openai(url)
     broken_schema = [{"type": "function", "function": {"name": "f",
                                                        "parameters": {"type": "objekt"}}}]
     with caplog.at_level(logging.WARNING, logger="reflexguard"):
         _ = client.chat.completions.parse  # the structured-output helper: not guarded
-        stream = client.responses.create(**responses_body(), stream=True)  # in-process native
-        list(stream)
+        _ = list(client.chat.completions.create(**chat_body(), stream=True, n=2))  # n > 1
         client.chat.completions.create(**chat_body(tools=broken_schema))  # the proxy's 400
     assert _unguarded(client, "call_not_guarded") == 1
-    assert _unguarded(client, "stream_not_guarded_inprocess") == 1
+    assert _unguarded(client, "multiple_choices_stream_not_guarded") == 1
     assert _unguarded(client, "request_not_guarded") == 1
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    for kind in ("call_not_guarded", "stream_not_guarded_inprocess", "request_not_guarded"):
+    for kind in ("call_not_guarded", "multiple_choices_stream_not_guarded",
+                 "request_not_guarded"):
         assert any(kind in line for line in warned), (kind, warned)

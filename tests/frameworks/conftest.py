@@ -100,11 +100,3 @@ def assert_repaired(fake: FakeUpstream, output: str, streamed: bool) -> None:
     assert BAD in json.dumps(tooled[1]) and WEATHER in json.dumps(tooled[2])
     assert BAD not in json.dumps(tooled[2])
 
-
-def not_guarded_yet(request: Any, raises: type[BaseException] | tuple[type[BaseException], ...]
-                    = AssertionError) -> None:
-    """An in-process Responses stream is not guarded yet (issue 19): it reaches the SDK
-    as it came, a counted WARNING fallback (stream_not_guarded_inprocess). Strict: the
-    xfail becomes a failure the day it is guarded."""
-    request.applymarker(pytest.mark.xfail(strict=True, raises=raises, reason=(
-        "in-process Responses streams are not guarded yet (counted WARNING fallback)")))

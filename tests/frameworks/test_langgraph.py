@@ -13,7 +13,6 @@ from tests.frameworks.conftest import (
     assert_repaired,
     get_weather,
     guarded_async,
-    not_guarded_yet,
 )
 
 pytest.importorskip("langgraph")
@@ -60,9 +59,6 @@ async def test_through_the_proxy(via_proxy: Any, responses: bool, streamed: bool
 
 
 @pytest.mark.parametrize(("responses", "streamed"), CASES)
-async def test_in_process(scripted: Any, responses: bool, streamed: bool,
-                          request: pytest.FixtureRequest) -> None:
-    if responses and streamed:
-        not_guarded_yet(request)
+async def test_in_process(scripted: Any, responses: bool, streamed: bool) -> None:
     fake, url = scripted
     assert_repaired(fake, await _run(url, responses, streamed, in_process=True), streamed)

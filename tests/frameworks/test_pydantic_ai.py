@@ -12,7 +12,6 @@ from tests.frameworks.conftest import (
     assert_repaired,
     get_weather,
     guarded_async,
-    not_guarded_yet,
 )
 
 pydantic_ai = pytest.importorskip("pydantic_ai")
@@ -45,9 +44,6 @@ async def test_through_the_proxy(via_proxy: Any, kind: str, streamed: bool) -> N
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_stream"])
 @pytest.mark.parametrize("kind", ["responses", "chat"])
-async def test_in_process(scripted: Any, kind: str, streamed: bool,
-                          request: pytest.FixtureRequest) -> None:
-    if kind == "responses" and streamed:
-        not_guarded_yet(request, Exception)
+async def test_in_process(scripted: Any, kind: str, streamed: bool) -> None:
     fake, url = scripted
     assert_repaired(fake, await _run(_agent(guarded_async(url), kind), streamed), streamed)
