@@ -49,8 +49,8 @@ def has_calls(raw: bytes, dialect: str) -> bool:
 def _valid_text(arguments: object) -> bool:
     """Whether `arguments` is the text of a JSON object (core/history.py's test, inlined:
     this runs once per historical call on every request that has any)."""
-    if type(arguments) is not str:
-        return False
+    if type(arguments) is not str or arguments.lstrip()[:1] != "{":
+        return False  # not an object's text, decided without building a decode error
     try:
         return type(orjson.loads(arguments)) is dict
     except orjson.JSONDecodeError:
@@ -162,16 +162,20 @@ def _chat_dangling(index: int, call_ids: list[object],
 
 def _responses_dangling(items: list[tuple[object, object]]) -> list[int]:
     """Positions of function_call items whose call_id has no output after them, when a
-    message item follows them (the conversation moved on)."""
+    message item follows them (the conversation moved on). One pass from the end: linear
+    in the items, however many calls a hostile body holds."""
     dangling = []
-    for at, (kind, call_id) in enumerate(items):
-        if kind != "function_call":
-            continue
-        later = items[at + 1:]
-        if any(k == "function_call_output" and c == call_id for k, c in later):
-            continue
-        if any(k in ("message", None) for k, _ in later):
+    answered: set[object] = set()  # call ids with an output further on
+    message_later = False
+    for at in range(len(items) - 1, -1, -1):
+        kind, call_id = items[at]
+        if kind == "function_call_output":
+            answered.add(call_id)
+        elif kind in ("message", None):
+            message_later = True
+        elif kind == "function_call" and message_later and call_id not in answered:
             dangling.append(at)
+    dangling.reverse()
     return dangling
 
 
@@ -200,7 +204,12 @@ def repair_chat(body: Body) -> tuple[Body, HistoryReport]:
     roles = [(m.get("role"), m.get("tool_call_id")) if isinstance(m, dict) else (None, None)
              for m in messages]
     for index, message in enumerate(messages):
+        if report.left_as_sent:
+            out.extend(messages[index:])  # past MAX_REPAIRED_CALLS: the rest as sent
+            break
         for call_id in missing.pop(index, ()):
+            if not report.room():
+                break
             report.add("missing_result")
             text = "\n".join([missing_result_note(), *notes.pop(call_id, [])])
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
@@ -230,7 +239,10 @@ def _chat_call(call: object, report: HistoryReport, notes: dict[object, list[str
         return call
     function = call.get("function")
     fields = function if isinstance(function, dict) else {}
-    fixed = replacement(fields.get("arguments"), report.allowance)
+    arguments = fields.get("arguments")
+    if _valid_text(arguments) or not report.room():
+        return call
+    fixed = replacement(arguments, report.allowance)
     if fixed is None:
         return call
     _record(fixed, call.get("id"), report, notes)
@@ -281,6 +293,8 @@ def repair_messages(body: Body) -> tuple[Body, HistoryReport]:
 def _tool_use(block: object, report: HistoryReport, notes: dict[object, list[str]]) -> object:
     if not isinstance(block, dict) or block.get("type") != "tool_use":
         return block
+    if isinstance(block.get("input"), dict) or not report.room():
+        return block
     fixed = object_replacement(block.get("input"), report.allowance)
     if fixed is None:
         return block
@@ -310,7 +324,7 @@ def _answered(following: object, ids: list[object], notes: dict[object, list[str
                 changed = True
     missing: list[JsonObject] = []
     for call_id in ids:
-        if call_id not in answered:
+        if call_id not in answered and report.room():
             report.add("missing_result")
             missing.append({"type": "tool_result", "tool_use_id": call_id, "content": "\n".join(
                 [missing_result_note(), *notes.pop(call_id, [])])})
@@ -331,9 +345,14 @@ def repair_responses(body: Body) -> tuple[Body, HistoryReport]:
         return body, report
     notes: dict[object, list[str]] = {}
     out: list[Any] = []
-    for item in items:
+    for at, item in enumerate(items):
+        if report.left_as_sent:
+            out.extend(items[at:])  # past MAX_REPAIRED_CALLS: the rest as sent
+            break
         if isinstance(item, dict) and item.get("type") == "function_call":
-            fixed = replacement(item.get("arguments"), report.allowance)
+            arguments = item.get("arguments")
+            fixed = None if _valid_text(arguments) or not report.room() else replacement(
+                arguments, report.allowance)
             if fixed is not None:
                 _record(fixed, item.get("call_id"), report, notes)
                 item = {**item, "arguments": fixed.arguments}
@@ -346,6 +365,8 @@ def repair_responses(body: Body) -> tuple[Body, HistoryReport]:
     pairs = [(i.get("type", "message"), i.get("call_id")) if isinstance(i, dict)
              else ("message", None) for i in out]
     for at in reversed(_responses_dangling(pairs)):
+        if not report.room():
+            break
         call_id = pairs[at][1]
         report.add("missing_result")
         text = "\n".join([missing_result_note(), *notes.pop(call_id, [])])

@@ -228,7 +228,7 @@ class Routes(GuardContext):
         if fixed is None:
             return raw, chat
         forwarded, fields, report = fixed
-        self.telemetry.history_repaired(report.kinds, "chat")
+        self.telemetry.history_repaired(report.kinds, "chat", report.left_as_sent)
         return forwarded, dataclasses.replace(chat, fields=fields)
 
     def _dialect_history(self, raw: bytes, parsed: DialectRequest, dialect: Dialect,
@@ -240,7 +240,7 @@ class Routes(GuardContext):
         if fixed is None:
             return raw, parsed
         forwarded, body, report = fixed
-        self.telemetry.history_repaired(report.kinds, dialect.name)
+        self.telemetry.history_repaired(report.kinds, dialect.name, report.left_as_sent)
         chat_view, _ = dialect.to_chat(body)  # the same tools: the same rules, as read
         return forwarded, DialectRequest(body, dataclasses.replace(parsed.chat,
                                                                    fields=chat_view),

@@ -283,11 +283,15 @@ class Telemetry:
         for kind in fallbacks:
             self.fallback(kind, request_id=request_id, session=session)
 
-    def history_repaired(self, kinds: Mapping[str, int], dialect: str) -> None:
+    def history_repaired(self, kinds: Mapping[str, int], dialect: str,
+                         left_as_sent: int = 0) -> None:
         """A request's history repaired before forwarding: counted by kind, a WARNING (the
-        agent's stored conversation carries what a server would refuse) and an event."""
+        agent's stored conversation carries what a server would refuse) and an event;
+        broken calls past the repair bound, forwarded as sent, are a fallback."""
         for kind, count in kinds.items():
             self.history.labels(kind, dialect).inc(count)
+        if left_as_sent:
+            self.fallback("history_repair_bound", dialect=dialect, left_as_sent=left_as_sent)
         record: HistoryEvent = {"event": "history_repaired", "ts": time.time(),
                                 "dialect": dialect, "kinds": dict(kinds)}
         self.log.warning("history_repaired", dialect=dialect, kinds=record["kinds"])

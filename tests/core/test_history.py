@@ -288,3 +288,20 @@ def test_the_cheap_check_never_misses_a_responses_repair(
     body = {"model": "m", "input": items}
     if not needs_work(body, "responses"):
         assert not repair_responses(body)[1].changed
+
+
+def test_past_the_bound_the_rest_of_the_history_goes_as_sent() -> None:
+    """A hostile history of many broken calls: the first MAX_REPAIRED_CALLS are repaired,
+    the rest forwarded as sent (as without reflexguard) and counted."""
+    from reflexguard.core.history import MAX_REPAIRED_CALLS
+
+    count = MAX_REPAIRED_CALLS + 50
+    items: list[Any] = [{"type": "message", "role": "user", "content": "hi"}]
+    items += [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{x"}
+              for i in range(count)]
+    items.append({"type": "function_call_output", "call_id": "all", "output": "ok"})
+    repaired, report = repair_responses({"model": "m", "input": items})
+    assert sum(report.kinds.values()) == MAX_REPAIRED_CALLS
+    assert report.left_as_sent >= 1
+    assert repaired["input"][-2]["arguments"] == "{x"  # past the bound: as sent
+    assert len(repaired["input"]) == len(items)
