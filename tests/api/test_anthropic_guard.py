@@ -188,6 +188,25 @@ def test_a_failed_replys_thinking_is_echoed_in_the_reask_as_by_the_proxy(
     assert assistant["content"][-1]["type"] == "tool_use"
 
 
+def test_a_streamed_failed_replys_thinking_is_echoed_and_streamed_through(
+        upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    thinking = {"type": "thinking", "thinking": "The user wants order details.",
+                "signature": "sig-1"}
+    failed = anthropic_call("get_order_detail", GOOD)
+    failed["content"].insert(0, thinking)
+    _script(fake, failed, anthropic_call("get_order_details", GOOD))
+    body = messages_body(thinking={"type": "enabled", "budget_tokens": 1024})
+    with _client(url).messages.create(stream=True, **body) as stream:
+        events = list(stream)
+    deltas = [e.delta.thinking for e in events if e.type == "content_block_delta"
+              and e.delta.type == "thinking_delta"]
+    assert "".join(deltas) == thinking["thinking"] and fake.calls == 2
+    assistant = fake.requests[1]["messages"][-2]
+    assert assistant["content"][0] == thinking
+    assert assistant["content"][-1]["type"] == "tool_use"
+
+
 def test_a_request_reflexguard_cannot_read_goes_unguarded_and_is_counted(
         upstream: tuple[FakeUpstream, str]) -> None:
     fake, url = upstream
