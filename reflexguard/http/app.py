@@ -324,7 +324,8 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
         started: web.StreamResponse | None = request.get(STREAM_KEY)
         if started is not None and started.prepared:
             # Headers are gone: a second response would corrupt the chunked body.
-            return await end_stream_with_error(started, "internal error in reflexguard")
+            return await end_stream_with_error(started, "internal error in reflexguard",
+                                               path=request.path)
         return json_error(500, "internal error in reflexguard; see its log", code="internal")
 
 

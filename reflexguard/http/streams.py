@@ -132,10 +132,15 @@ class ClientStream:
 
 
 async def end_stream_with_error(response: web.StreamResponse, message: str,
-                                code: str = "internal") -> web.StreamResponse:
-    """Close a started stream with an error event; the connection may already be gone."""
+                                code: str = "internal",
+                                path: str | None = None) -> web.StreamResponse:
+    """Close a started stream with an error event, in the grammar of `path`'s route when
+    given (chat's otherwise); the connection may already be gone."""
+    route = (path or "").removeprefix("/v1/")
+    ending = stream_error_end(route, message) if route in ("messages", "responses") \
+        else chat_error_end(message, code)
     try:
-        await response.write(chat_error_end(message, code))
+        await response.write(ending)
         await response.write_eof()
     except ConnectionResetError:
         pass

@@ -278,3 +278,28 @@ async def test_a_cut_chat_stream_ends_with_an_error_chunk_then_done(sse_proxy: A
     parsed = parse_sse(body)
     assert parsed[-1][1] == "[DONE]", body
     assert "error" in parsed[-2][1], body
+
+
+async def test_a_fault_in_a_translated_stream_ends_it_in_the_messages_grammar(
+        sse_proxy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Messages stream without tools to a chat-only upstream, failing once text is out:
+    the error middleware ends it with Anthropic's `error` event, not a chat-format line."""
+    from reflexguard.dialects.chat_stream import StreamAssembler
+
+    def broken(_: Any) -> Any:
+        raise RuntimeError("simulated fault")
+
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "Hello there."},
+                          "finish_reason": None}]}
+    done = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in (chunk, done)]
+    client = await sse_proxy([*events, b"data: [DONE]\n\n"], upstream_dialects=["chat"])
+    monkeypatch.setattr(StreamAssembler, "completion", broken)
+    body = messages_body(stream=True)
+    del body["tools"]
+    response = await client.post("/v1/messages", json=body)
+    text = await response.text()
+    assert response.status == 200
+    events_out = assert_messages_stream(text, ok=False)
+    assert events_out[-1][0] == "error", text
