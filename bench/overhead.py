@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -167,7 +168,20 @@ def main() -> None:
                         help="reflexguard.guard(openai client) against the bare client")
     parser.add_argument("--litellm", action="store_true",
                         help="LiteLLM proxy with the reflexguard guardrail against without it")
+    parser.add_argument("--stream", action="store_true",
+                        help="streamed answers instead: first text byte and a held call's "
+                        "hold, each dialect (--dialect to pick one), against direct and the "
+                        "minimal pass-through (issue 23)")
+    parser.add_argument("--gap-ms", type=float, default=0.0,
+                        help="with --stream: the fake upstream's pause between SSE events")
     args = parser.parse_args()
+    if args.stream:
+        from bench.perf.stream_bench import measure
+
+        picked = [args.dialect] if "--dialect" in sys.argv else ["chat", "messages",
+                                                                     "responses"]
+        measure(args.requests, args.rounds, args.concurrency, picked, args.gap_ms)
+        return
     if args.inprocess or args.litellm:
         from bench.perf.doors import measure_doors
 

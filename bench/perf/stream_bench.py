@@ -1,0 +1,186 @@
+"""`python -m bench.overhead --stream`: what reflexguard adds to streamed answers (issue 23).
+
+In one run: the streaming fake upstream (bench.perf.stream_upstream, simulated), the minimal
+pass-through (streaming the same bytes through) and reflexguard, each its own process,
+driven in alternating rounds at each concurrency, per dialect and scene:
+- first text byte: from sending the request to the first event that carries text (`text`:
+  released at once; `code`: a fenced block, which reflexguard holds);
+- hold: from the upstream's last byte (its own CLOCK_MONOTONIC stamp) to the client's last
+  byte (`call`: a ~2 KB valid tool call, which reflexguard holds until it is whole).
+Printed as p50/p99, added over direct, and reflexguard's added as a ratio to the minimal's.
+Never asserted: only ratios of the same run mean anything on a shared machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
+
+from bench.perf.processes import process
+from bench.perf.stream_bounds import body as request_body
+from bench.perf.stream_stats import added_row
+from bench.perf.stream_upstream import ROUTES, SCENES
+from reflexguard.ops.loopback import free_port
+
+PLACEHOLDER = b"rgbench-0"
+GOAL_MS = 1.0  # issue 23: first text byte and a 2 KB call's hold, each <= 1 ms added at p50
+
+
+@dataclass
+class Samples:
+    first_text_ms: list[float] = field(default_factory=list)
+    hold_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+def template(dialect: str, scene: str) -> bytes:
+    raw = orjson.dumps(request_body(dialect, scene))
+    return raw.replace(b"Write the file.", b"Write the file. " + PLACEHOLDER, 1)
+
+
+def carries_text(dialect: str, event: bytes) -> bool:
+    """Whether one SSE event carries answer text (not a call, not an empty role delta)."""
+    line = next((x for x in event.split(b"\n") if x.startswith(b"data: ")), b"")
+    payload = line[6:]
+    if not payload or payload == b"[DONE]":
+        return False
+    value = orjson.loads(payload)
+    if dialect == "chat":
+        return any((c.get("delta") or {}).get("content") for c in value.get("choices") or [])
+    if dialect == "messages":
+        delta = value.get("delta") or {}
+        return value.get("type") == "content_block_delta" and bool(delta.get("text"))
+    return value.get("type") == "response.output_text.delta" and bool(value.get("delta"))
+
+
+async def one(session: aiohttp.ClientSession, url: str, dialect: str, raw: bytes,
+              ) -> tuple[int, int | None, int]:
+    """(status, first text byte's instant or None, last byte's instant), monotonic ns."""
+    began = time.monotonic_ns()
+    first: int | None = None
+    pending = b""
+    async with session.post(url, data=raw, headers={"Content-Type": "application/json"},
+                            ) as response:
+        async for chunk in response.content.iter_any():
+            if first is None:
+                pending += chunk
+                *events, pending = pending.split(b"\n\n")
+                if any(carries_text(dialect, e) for e in events):
+                    first = time.monotonic_ns()
+        last = time.monotonic_ns()
+        status = response.status
+    return status, None if first is None else first - began, last
+
+
+async def drive(url: str, stamps_url: str, dialect: str, scene: str, concurrency: int,
+                requests: int, serial: list[int]) -> Samples:
+    samples = Samples()
+    lasts: dict[str, int] = {}
+    raw = template(dialect, scene)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        remaining = min(requests, 10)
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                serial[0] += 1
+                tag = str(serial[0]).encode()
+                status, first, last = await one(
+                    session, url, dialect, raw.replace(PLACEHOLDER, b"rgbench-" + tag, 1))
+                if status != 200:
+                    samples.errors += 1
+                    continue
+                if first is not None:
+                    samples.first_text_ms.append(first / 1e6)
+                lasts[tag.decode()] = last
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, 10))))  # warm
+        samples.first_text_ms.clear()
+        lasts.clear()
+        remaining = requests
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        async with session.get(stamps_url) as answer:
+            upstream_last = await answer.json()
+    samples.hold_ms = [(last - upstream_last[tag]) / 1e6 for tag, last in lasts.items()
+                       if tag in upstream_last]
+    samples.errors += len(lasts) - len(samples.hold_ms)  # a stream the upstream never ended
+    return samples
+
+
+def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects: list[str],
+            gap_ms: float) -> None:
+    upstream_port = free_port()
+    upstream = f"http://127.0.0.1:{upstream_port}"
+    print(f"reflexguard streaming benchmark: {args_requests} streams per point, {rounds} rounds, "
+          f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("upstream: a fast fake (simulated SSE, each event its own write, "
+          f"{'a yield every 8 events' if gap_ms <= 0 else f'{gap_ms} ms between events'}); "
+          "text: 2 KB in 8-character deltas; code: the same in a fence (held); "
+          "call: one valid ~2 KB call in 16-character deltas (held)")
+    with ExitStack() as stack:
+        stack.enter_context(process(["-m", "bench.perf.stream_upstream", "--port",
+                                     str(upstream_port), "--gap-ms", str(gap_ms)],
+                                    upstream_port))
+        bases = {"direct": upstream}
+        for name, argv in (("minimal", ["-m", "bench.perf.minimal_proxy", "--upstream"]),
+                           ("reflexguard", ["-m", "reflexguard", "serve", "--upstream"])):
+            port = free_port()
+            stack.enter_context(process([*argv, f"{upstream}/v1", "--port", str(port)], port))
+            bases[name] = f"http://127.0.0.1:{port}"
+        results: dict[tuple[str, str, str, int], Samples] = {}
+        serial = [0]
+        per_round = max(1, args_requests // rounds)
+        for c in concurrencies:
+            for _ in range(rounds):
+                for dialect in dialects:
+                    for scene in SCENES:
+                        for target, base in bases.items():
+                            got = asyncio.run(drive(base + ROUTES[dialect], upstream + "/stamps",
+                                                    dialect, scene, c, per_round, serial))
+                            key = (target, dialect, scene, c)
+                            have = results.setdefault(key, Samples())
+                            have.first_text_ms += got.first_text_ms
+                            have.hold_ms += got.hold_ms
+                            have.errors += got.errors
+    report(results, dialects, concurrencies)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def report(results: dict[tuple[str, str, str, int], Samples], dialects: list[str],
+           concurrencies: list[int]) -> None:
+    print(f"\nms; added = p50 (or p99) minus direct's; ratio = reflexguard's added / the "
+          f"minimal's; goal: reflexguard's added p50 <= {GOAL_MS} ms for text's first byte "
+          "and call's hold")
+    print(f"{'dialect':<10} {'scene':<5} {'what':<10} {'c':>3} {'direct p50':>10} "
+          f"{'min +p50':>8} {'rg +p50':>8} {'ratio':>6} {'min +p99':>8} {'rg +p99':>8} "
+          f"{'errors':>6} {'goal':>5}")
+    rows = []
+    for dialect in dialects:
+        for scene in SCENES:
+            whats = ["first_text", "hold"] if scene != "call" else ["hold"]
+            for what in whats:
+                for c in concurrencies:
+                    got = {t: getattr(results[t, dialect, scene, c], f"{what}_ms")
+                           for t in ("direct", "minimal", "reflexguard")}
+                    errors = sum(results[t, dialect, scene, c].errors for t in got)
+                    row = added_row(got["direct"], got["minimal"], got["reflexguard"])
+                    goal = ("" if (what, scene) not in (("first_text", "text"), ("hold", "call"))
+                            else "met" if row.guard_p50 <= GOAL_MS else "MISS")
+                    print(f"{dialect:<10} {scene:<5} {what:<10} {c:>3} {row.direct_p50:>10.2f} "
+                          f"{row.minimal_p50:>8.2f} {row.guard_p50:>8.2f} {row.ratio:>6.2f} "
+                          f"{row.minimal_p99:>8.2f} {row.guard_p99:>8.2f} {errors:>6} "
+                          f"{goal:>5}", flush=True)
+                    rows.append({"dialect": dialect, "scene": scene, "what": what, "c": c,
+                                 "errors": errors, **row.__dict__})
+    if os.environ.get("BENCH_STREAM_JSON"):
+        with open(os.environ["BENCH_STREAM_JSON"], "w") as out:
+            json.dump(rows, out, indent=1)
