@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.perf.dialect_workload import WORKLOADS
 from bench.perf.load import Point, drive
+from bench.perf.many_core_load import LoadProcesses
 from bench.perf.processes import process
 from bench.perf.workload import REQUEST_BYTES, TOOL_WORKLOADS
 from reflexguard.ops.loopback import free_port
@@ -117,13 +118,16 @@ def wait_listening(port: int, processes: int) -> None:
 
 
 def run(targets: list[Target], concurrencies: list[int], requests: int,
-        rounds: int) -> dict[tuple[str, str, int], Point]:
+        rounds: int, load: LoadProcesses | None = None,
+        duration: float = 0.0) -> dict[tuple[str, str, int], Point]:
     results: dict[tuple[str, str, int], Point] = {}
     per_round = max(1, requests // rounds)
     for concurrency in concurrencies:
         for _ in range(rounds):
             for t in targets:
-                point = asyncio.run(drive(t.url, concurrency, per_round, t.server, t.body))
+                point = (load.drive(t.url, t.body, concurrency, duration, per_round, t.server)
+                         if load else  # --load-processes K: many cores (issue 23)
+                         asyncio.run(drive(t.url, concurrency, per_round, t.server, t.body)))
                 key = (t.name, t.workload, concurrency)
                 earlier = results.get(key)
                 results[key] = earlier.merge(point) if earlier else point
@@ -174,6 +178,16 @@ def main() -> None:
                         "minimal pass-through (issue 23)")
     parser.add_argument("--gap-ms", type=float, default=0.0,
                         help="with --stream: the fake upstream's pause between SSE events")
+    parser.add_argument("--load-processes", type=int, default=1, metavar="K",
+                        help="K load-client processes sharing each point, each timed for "
+                        "--duration seconds: for a many-core machine (issue 23)")
+    parser.add_argument("--upstream-processes", type=int, default=1, metavar="U",
+                        help="the fast upstream as U processes on one port")
+    parser.add_argument("--duration", type=float, default=5.0,
+                        help="with --load-processes: seconds per point and round, at most "
+                        "--requests/--rounds requests")
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write every point (p50, p99, req/s, CPU, errors) to FILE")
     args = parser.parse_args()
     if args.stream:
         from bench.perf.stream_bench import measure
@@ -200,7 +214,9 @@ def main() -> None:
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with ExitStack() as stack:
         stack.enter_context(process(["-m", "bench.perf.fast_upstream", "--port",
-                                     str(upstream_port)], upstream_port))
+                                     str(upstream_port), "--processes",
+                                     str(args.upstream_processes)], upstream_port))
+        wait_listening(upstream_port, args.upstream_processes)
         if args.otel == "on":
             args.otel_sink = free_port()
             stack.enter_context(process(["-m", "bench.perf.otlp_sink", "--port",
@@ -229,7 +245,21 @@ def main() -> None:
                                       child.pid, rg_body if guard else base_body))
         print(f"\n{'target':<14} {'workload':>9} {'c':>4} {'p50 ms':>8} {'p99 ms':>8} "
               f"{'req/s':>8} {'cpu ms/req':>10} {'errors':>6}")
-        results = run(targets, args.concurrency, args.requests, args.rounds)
+        load = None
+        if args.load_processes > 1:
+            load = LoadProcesses(args.load_processes, Path(os.environ.get(
+                "BENCH_LOAD_LOG", "/tmp/bench-load.err")))
+            stack.callback(load.close)
+            print(f"load client: {args.load_processes} processes; upstream: "
+                  f"{args.upstream_processes} processes; {args.duration} s a point and round")
+        results = run(targets, args.concurrency, args.requests, args.rounds, load,
+                      args.duration)
+        if load is not None and len(args.workers) > 1:
+            from bench.perf.many_core_report import summary, write_json
+
+            table = summary(results, list(workloads), args.concurrency, args.workers)
+            if args.json:
+                write_json(args.json, results, args.workers, table)
     from bench.perf.overhead_report import report
 
     report(results, list(workloads), args.concurrency, args.workers, args.margins,

@@ -77,6 +77,9 @@ async def answer(request: web.Request) -> web.Response:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="N copies on one port (SO_REUSEPORT): a many-core run's upstream "
+                        "must not be its bottleneck (issue 23)")
     app = web.Application()
     app.router.add_post("/v1/chat/completions", answer)
     # The other dialects' native routes (bench.overhead --dialect), one fixed answer each.
@@ -87,5 +90,14 @@ if __name__ == "__main__":
             await request.read()
             return web.Response(body=body, content_type="application/json")
         app.router.add_post(f"/v1/{route}", native_answer)
-    web.run_app(app, host="127.0.0.1", port=parser.parse_args().port, access_log=None,
-                print=None)
+    options = parser.parse_args()
+    if options.processes > 1:
+        import multiprocessing
+
+        def serve_copy() -> None:  # forked before any loop; they share the process group
+            web.run_app(app, host="127.0.0.1", port=options.port, access_log=None, print=None,
+                        reuse_port=True, backlog=1024)
+        for _ in range(options.processes - 1):
+            multiprocessing.get_context("fork").Process(target=serve_copy).start()
+    web.run_app(app, host="127.0.0.1", port=options.port, access_log=None,
+                print=None, reuse_port=options.processes > 1, backlog=1024)
