@@ -12,14 +12,16 @@ LABEL_LIMIT = 128  # request strings that reach metric labels, logs and events
 
 # Tool schemas (docs/reliability.md, "Schema budgets"; issue 18). Expanded nodes: the
 # schema tree with every `$ref` followed on every path (core/schema_cost.py). Checking
-# validity costs ~10 ns a node; the default is ~20x the largest real tool schemas seen.
+# validity costs ~10 ns a node. The largest schemas measured: pydantic's for the mcp
+# package's own request types, ~700 nodes (tau2's retail tools: 8); the default is ~30x.
 DEFAULT_MAX_SCHEMA_NODES = 20_000
 # fancy-regex's backtracking steps per match (its default: 1,000,000, ~50 ms): a pattern
 # that needs more is a counted validator_error, never the model's fault.
 PATTERN_BACKTRACK_LIMIT = 10_000
-# Building a schema error costs ~10-25 us per expanded node under anyOf/oneOf (their
-# messages carry every branch's errors): the first error's message is built only while
-# (expanded nodes) x (values in the arguments) stays under this; past it, a short message.
+# Building a schema error costs ~10-25 us per expanded node of a failing anyOf/oneOf (its
+# error carries every branch's errors): the first error's message is built only while
+# (the widest anyOf/oneOf's nodes) x (values in the arguments) stays under this (~100 ms
+# at worst); past it, a short message. Optional fields' anyOf of 2-3 nodes stay detailed.
 ERROR_DETAIL_BUDGET = 4_000
 ERROR_MESSAGE_LIMIT = 300  # characters of one schema error repeated to the model
 

@@ -40,7 +40,10 @@ _REFS = ("$ref", "$dynamicRef", "$recursiveRef")
 _DEFINITIONS = ("$defs", "definitions")
 
 
-_BRANCH = ("|",)  # an anyOf/oneOf branch: the same instance node, tried in turn
+# anyOf/oneOf branches: the same instance node, each tried in turn, and on failure every
+# branch's errors collected into the keyword's one error.
+_BRANCHES = {"anyOf": ("|anyOf",), "oneOf": ("|oneOf",)}
+_BRANCH_STEPS = frozenset(_BRANCHES.values())
 _NONE = 1 << 30  # no cycle
 
 
@@ -49,12 +52,13 @@ class SchemaTooCostly(ValueError):
 
 
 def _applied(node: dict[str, Any]) -> Iterator[tuple[Any, tuple[str, ...] | None]]:
-    """(subschema, the instance step it applies at: None or _BRANCH for the same node)."""
+    """(subschema, the instance step it applies at: None or a _BRANCHES value for the
+    same node)."""
     for key in _IN_PLACE_LISTS:
         value = node.get(key)
         if isinstance(value, list):
             for child in value:
-                yield child, _BRANCH if key != "allOf" else None
+                yield child, _BRANCHES.get(key)
     for key in _IN_PLACE_ONE:
         if key in node:
             yield node[key], None
@@ -139,29 +143,32 @@ class _Walk:
                 "max_schema_nodes setting")
 
     def cost(self, node: Any) -> tuple[int, int, int]:
-        """(expanded nodes under `node`, how many of them lie in anyOf/oneOf branches, the
+        """(expanded nodes under `node`, the expanded size of its widest anyOf or oneOf
+        (all branches of one keyword, what building that keyword's error costs), the
         lowest stack index a cycle inside it returned to, or a large number when none
         did: only subtrees without such a cycle are remembered)."""
         self.charge(1)
         if not isinstance(node, dict):
             return 1, 0, _NONE
-        own, fanout, lowest = 1, 0, _NONE
+        own, widest, lowest = 1, 0, _NONE
         for key in _REFS:
             ref = node.get(key)
             if isinstance(ref, str):
                 added, inner, low = self.follow(self.resolve(ref))
-                own, fanout, lowest = own + added, fanout + inner, min(lowest, low)
+                own, widest, lowest = own + added, max(widest, inner), min(lowest, low)
+        branches: dict[tuple[str, ...], int] = {}
         for child, step in _applied(node):
-            if step is not None and step != _BRANCH:
+            if step is not None and step not in _BRANCH_STEPS:
                 self.path.append(step)
             try:
                 added, inner, low = self.cost(child)
             finally:
-                if step is not None and step != _BRANCH:
+                if step is not None and step not in _BRANCH_STEPS:
                     self.path.pop()
-            fanout += added if step == _BRANCH else inner
-            own, lowest = own + added, min(lowest, low)
-        return own, fanout, lowest
+            if step is not None and step in _BRANCH_STEPS:
+                branches[step] = branches.get(step, 0) + added
+            own, widest, lowest = own + added, max(widest, inner), min(lowest, low)
+        return own, max(widest, *branches.values(), 0), lowest
 
     def follow(self, target: Any) -> tuple[int, int, int]:
         key = id(target)
@@ -175,14 +182,14 @@ class _Walk:
         self.open[key] = len(self.entries)
         self.entries.append((len(self.path), set()))
         try:
-            added, fanout, lowest = self.cost(target)
+            added, widest, lowest = self.cost(target)
         finally:
             self.entries.pop()
             del self.open[key]
         if lowest >= len(self.entries):  # no cycle left this target: its cost is fixed
-            self.memo[key] = (added, fanout)
+            self.memo[key] = (added, widest)
             lowest = _NONE
-        return added, fanout, lowest
+        return added, widest, lowest
 
     def _reenter(self, at: int) -> int:
         entered, seen = self.entries[at]
@@ -200,11 +207,11 @@ class _Walk:
 
 
 def schema_cost(schema: dict[str, Any], budget: int) -> tuple[int, int]:
-    """(the expanded size of `schema`, how much of it lies in anyOf/oneOf branches):
+    """(the expanded size of `schema`, that of its widest anyOf or oneOf keyword):
     raises SchemaTooCostly once the size passes `budget`, or on a cycle that fans out.
     Time: at most about `budget` steps."""
-    total, fanout, _ = _Walk(schema, budget).cost(schema)
-    return total, fanout
+    total, widest, _ = _Walk(schema, budget).cost(schema)
+    return total, widest
 
 
 def schema_patterns(schema: dict[str, Any], limit: int) -> Iterator[str]:

@@ -86,7 +86,7 @@ class ToolSpec:
     parameters: dict[str, Any]
     validator: Any  # a compiled jsonschema_rs validator
     cost: int = 1  # expanded schema nodes (core/schema_cost.py)
-    fanout: int = 0  # of which in anyOf/oneOf branches: what building an error costs
+    fanout: int = 0  # its widest anyOf/oneOf, expanded: what building that error costs
     backtracking: bool = False  # a pattern needs fancy-regex's backtracking (may fault)
 
     def accepts(self, arguments: object) -> bool:
@@ -104,8 +104,9 @@ class ToolSpec:
         `validate`, which also stops at the first: jsonschema-rs 0.60's `iter_errors`
         builds every error before it yields one (2,000 wrong items of a 20,000-value enum:
         12 s for the first), so even `islice` over it is not lazy. Building the message
-        is bounded too: under anyOf/oneOf it carries every branch's errors, so past
-        ERROR_DETAIL_BUDGET the message says only that the arguments do not fit.
+        is bounded too: an anyOf/oneOf's error carries every branch's errors, so when
+        (its widest one's size) x (values in the arguments) passes ERROR_DETAIL_BUDGET,
+        the message says only that the arguments do not fit.
         Raises PatternUnevaluable when a pattern's backtracking limit was hit."""
         if self.validator.is_valid(arguments):
             return []
