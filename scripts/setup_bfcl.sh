@@ -2,7 +2,8 @@
 # A separate virtualenv for BFCL's harness (bfcl-eval), idempotently: .venv-bfcl.
 # bfcl-eval pins numpy==1.26.4 and imports a dozen provider SDKs, none of which may enter the
 # environment reflexguard is tested in (.venv); bench.bfcl runs BFCL's own CLI from here as a
-# subprocess, pointed at reflexguard (docs/bench.md, "BFCL"). About 2 minutes, 570 MB.
+# subprocess, pointed at reflexguard (docs/bench.md, "BFCL"). 3.3 minutes from an empty venv on
+# the busy 2-core machine (pip cache warm), 564 MB.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
