@@ -30,7 +30,8 @@ from typing import Any
 from bench.perf.load import TICKS, Point, tree_cpu_seconds
 
 PREPARE_TIMEOUT = 20.0  # seconds for every load process to open its connections
-GRACE = 15.0  # seconds past a point's duration before a load process counts as stalled
+GRACE = 25.0  # seconds past a point's duration before a load process counts as stalled
+CUT_AFTER = 5.0  # seconds past a point's duration after which a hung request is cut
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -103,9 +104,16 @@ async def _measure(url: str, body: bytes, conc: int, duration: float, count: int
                 else:
                     errors += 1
 
-        await asyncio.gather(*(worker() for _ in range(conc)))
-        return {"start": start, "end": time.monotonic(), "errors": errors,
-                "latencies": latencies}
+        tasks = [asyncio.ensure_future(worker()) for _ in range(conc)]
+        # Bounded: a request that hangs past the point's end is cut and counted an error.
+        _, hung = await asyncio.wait(tasks, timeout=duration + CUT_AFTER)
+        for task in hung:
+            task.cancel()
+        end = time.monotonic()
+        print(f"load {os.getpid()}: {len(latencies)} answers, {errors} errors, {len(hung)} "
+              f"hung, {end - start:.2f} s", file=sys.stderr, flush=True)
+        return {"start": start, "end": end, "errors": errors + len(hung),
+                "latencies": [round(x, 7) for x in latencies]}
 
 
 def worker_main() -> None:
@@ -122,10 +130,13 @@ def worker_main() -> None:
         command = json.loads(line)
         if command.get("quit"):
             return
+        began = time.monotonic()
         with asyncio.Runner(loop_factory=factory) as runner:
             result = runner.run(_measure(command["url"], command["body"].encode(),
                                          command["conc"], command["duration"],
                                          command["count"]))
+        print(f"load {os.getpid()}: answering after {time.monotonic() - began:.2f} s",
+              file=sys.stderr, flush=True)
         _emit(result)
 
 
@@ -187,7 +198,8 @@ class LoadProcesses:
                     line, self.pending[child.pid] = self.pending[child.pid].split(b"\n", 1)
                     got[child.pid] = json.loads(line)
         if len(got) < len(children):
-            silent = [c.pid for c in children if c.pid not in got]
+            silent = [f"{c.pid} ({len(self.pending[c.pid])} bytes read)" for c in children
+                      if c.pid not in got]
             raise Stalled(f"load processes {silent} gave no {what} within {limit:.0f} s")
         return [got[c.pid] for c in children]
 
