@@ -6,16 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_args
-
-from pydantic import ValidationError
+from typing import Any, Literal, get_args, get_origin
 
 from reflexguard.cli.errors import EXIT_USAGE, CliError
 from reflexguard.core.repair import ConstrainedMode
 from reflexguard.ops.oneline import OneLineParser
 
 
-def _serve_parser(commands: Any) -> None:
+def _serve_parser(commands: Any, setting_flags: bool = True) -> None:
     serve = commands.add_parser("serve", help="run the proxy")
     serve.add_argument("--upstream", help="base URL of an OpenAI-compatible server, e.g. "
                        "http://127.0.0.1:8000/v1 (default: the embedded model)")
@@ -59,6 +57,55 @@ def _serve_parser(commands: Any) -> None:
                        "margins (docs/screen.md)")
     serve.add_argument("--margin-threshold", type=float, dest="margin_threshold",
                        help="a tool name's margin below this many nats is thin")
+    serve.add_argument("--request-timeout", type=float, dest="request_timeout",
+                       help="seconds for one client request, every attempt of the repair "
+                       "ladder included (default 900)")
+    if setting_flags:
+        _setting_flags(serve)
+
+
+# Help for the settings whose field has no description (docs/config.md has them all).
+_HELP = {
+    "upstream_connect_timeout": "seconds to connect to the upstream (default 10)",
+    "upstream_max_connections": "the upstream connection pool's size (default 256)",
+    "upstream_api_key": "sent upstream as a bearer token; prefer REFLEXGUARD_UPSTREAM_API_KEY "
+                        "(a flag is visible to every user in the process list)",
+    "admin_token": "bearer token for /metrics and /reflexguard/*; prefer "
+                   "REFLEXGUARD_ADMIN_TOKEN (a flag is visible in the process list)",
+    "json_repair": "deterministic JSON repair before re-asking",
+    "snap_names": "snap near-miss tool names to the closest declared one",
+    "snap_threshold": "the rapidfuzz ratio (0-100) a name must reach to be snapped",
+    "on_exhausted": "what the agent gets when repair gives up",
+    "grounding": "check identifier-like arguments against the conversation",
+    "grounding_pattern": "regex over argument names that grounding checks",
+    "grounding_include_system": "let the system prompt ground values",
+    "max_body_bytes": "larger request bodies get 413 (default 32 MiB)",
+    "max_json_depth": "request bodies nested deeper get 400 (default 100)",
+    "log_level": "the log's level",
+    "model_ctx": "the embedded model's context, in tokens (default 8192)",
+    "model_threads": "the embedded model's threads (default: every core)",
+}
+
+
+def _setting_flags(serve: argparse.ArgumentParser) -> None:
+    """A flag for every setting the flags above do not cover, made from its field: every
+    setting has a flag, a new one included (tests/cli/test_config_errors.py checks)."""
+    from reflexguard.ops.config import Settings
+
+    taken = {action.dest for action in serve._actions}
+    for name, field in Settings.model_fields.items():
+        if name in taken:
+            continue
+        options: dict[str, Any] = {"dest": name,
+                                   "help": field.description or _HELP.get(name)}
+        annotation = field.annotation
+        if annotation is bool:
+            options["choices"] = ["on", "off"]
+        elif get_origin(annotation) is Literal:
+            options["choices"] = list(get_args(annotation))
+        elif annotation in (int, float):
+            options["type"] = annotation
+        serve.add_argument(f"--{name.replace('_', '-')}", **options)
 
 
 def _model_parser(commands: Any) -> None:
@@ -78,10 +125,12 @@ def _screen_parser(commands: Any) -> None:
     add_screen_parser(commands)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(setting_flags: bool = True) -> argparse.ArgumentParser:
+    """The command line. `setting_flags=False` leaves out the flags made from the settings'
+    fields, which import the settings (0.6 s): only `serve` reads them."""
     root = OneLineParser(prog="reflexguard", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
-    _serve_parser(commands)
+    _serve_parser(commands, setting_flags)
     _model_parser(commands)
     _screen_parser(commands)
     return root
@@ -96,22 +145,15 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
             if k in Settings.model_fields and v is not None}
 
 
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "settings"
-    return f"invalid setting {where}: {first['msg']}"
-
-
 def run(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser(setting_flags=argv[:1] == ["serve"]).parse_args(argv)
     if args.command == "serve":
         from reflexguard.ops.config import load_settings
 
-        try:
+        try:  # ConfigError: one line naming the flag, variable or file and key
             settings = load_settings(_flags(args), args.config or _env_config())
-        except ValidationError as exc:
-            raise CliError(_describe(exc)) from None
-        except (FileNotFoundError, ValueError) as exc:
+        except ValueError as exc:
             raise CliError(str(exc).splitlines()[0]) from None
         if settings.workers > 1:
             # Before cli.serve imports prometheus_client: see cli/workers.py.

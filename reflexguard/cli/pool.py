@@ -25,7 +25,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from pydantic import SecretStr
 
 from reflexguard.cli.errors import CliError
-from reflexguard.core.urls import redact
+from reflexguard.core.urls import upstream_base
 from reflexguard.embedded.exits import describe_exit
 from reflexguard.embedded.lifetime import WRAPPER
 from reflexguard.ops.config import Settings
@@ -91,7 +91,7 @@ class Pool:
         self.telemetry.log.info(
             "listening", host=self.settings.host, port=self.settings.port,
             workers=len(self.slots), pids=[s.process.pid for s in self.slots if s.process],
-            upstream=redact(self.settings.upstream or ""), repair=self.settings.repair)
+            upstream=upstream_base(self.settings.upstream or ""), repair=self.settings.repair)
         keepers = [asyncio.create_task(self._keep(slot)) for slot in self.slots]
         await self.stopping.wait()
         await self._drain()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from reflexguard.cli.errors import CliError
-from reflexguard.core.urls import redact
+from reflexguard.core.urls import upstream_base
 from reflexguard.embedded import model_store
 from reflexguard.embedded.child import ChildFailed, check_runtime, launch
 from reflexguard.embedded.supervised import SupervisedUpstream
@@ -38,6 +38,7 @@ def supervised_app(settings: Settings, supervisor: Supervisor) -> web.Applicatio
                                   settings.upstream_max_connections)
     app = build_app(settings, upstream=upstream)
     guard = app[GUARD_KEY]
+    upstream.telemetry = guard.telemetry  # the normalised request fields are counted there
     guard.health = supervisor.health
 
     async def start(_: web.Application) -> None:
@@ -102,7 +103,7 @@ def serve(settings: Settings) -> int:
     try:
         if settings.upstream is not None:
             app = build_app(settings, settings.upstream)
-            asyncio.run(run_server(settings, app, redact(settings.upstream)))
+            asyncio.run(run_server(settings, app, upstream_base(settings.upstream)))
             return 0
         # The embedded model writes tool calls as text: that is its server's output format.
         # llama-cpp-python's server speaks only Chat Completions: Messages and Responses are

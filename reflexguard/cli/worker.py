@@ -19,7 +19,7 @@ from aiohttp import web
 from reflexguard.cli.errors import EXIT_USAGE
 from reflexguard.cli.pool import READY_LINE
 from reflexguard.cli.serve import run_server
-from reflexguard.core.urls import redact
+from reflexguard.core.urls import upstream_base
 from reflexguard.http.app import build_app
 from reflexguard.ops.config import Settings
 from reflexguard.ops.telemetry import configure_logging, multiprocess_dir
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
 
     app.on_response_prepare.append(name_the_worker)
     try:
-        asyncio.run(run_server(settings, app, redact(settings.upstream or ""),
+        asyncio.run(run_server(settings, app, upstream_base(settings.upstream or ""),
                                reuse_port=True, shutdown_timeout=settings.worker_grace,
                                on_listening=_report_listening))
     except OSError as exc:

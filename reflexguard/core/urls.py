@@ -1,5 +1,6 @@
-"""URL hygiene at the boundary: pass-through paths that stay below /v1, and URLs that
-can be shown without their credentials. Nothing here does I/O.
+"""URL hygiene at the boundary: pass-through paths that stay below /v1, URLs that can be
+shown without their credentials, and upstream URLs that name an endpoint instead of a
+base. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -56,3 +57,44 @@ def redact(url: str | None) -> str | None:
         host = f"[{host}]"
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, "***@" + netloc, parts.path, parts.query, parts.fragment))
+
+
+# The endpoints reflexguard appends to an upstream's base URL (and their usual
+# neighbours): a base URL ending in one of them doubles the path, and every request 404s.
+ENDPOINT_PATHS = ("chat/completions", "completions", "messages", "responses", "embeddings",
+                  "models")
+
+
+def endpoint_suffix(url: str) -> str | None:
+    """The endpoint path `url` ends in (`/v1/chat/completions` -> `/chat/completions`),
+    or None for a base URL. Longest first: `chat/completions` before `completions`."""
+    path = urlsplit(url).path.rstrip("/").lower()
+    for endpoint in ENDPOINT_PATHS:
+        if path == f"/{endpoint}" or path.endswith(f"/{endpoint}"):
+            return f"/{endpoint}"
+    return None
+
+
+def without_endpoint(url: str) -> str:
+    """`url` with the endpoint path found by `endpoint_suffix` taken off: the base URL to
+    suggest instead (`http://h:8000/v1/chat/completions` -> `http://h:8000/v1`)."""
+    suffix = endpoint_suffix(url)
+    if suffix is None:
+        return url
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, path[:len(path) - len(suffix)], "", ""))
+
+
+def upstream_base(url: str) -> str:
+    """The base URL reflexguard's upstream client sends to (http/upstream.py, held to it by
+    tests/cli/test_upstream_url.py): credentials out (they travel as a header), and `/v1`
+    after a URL with no path. The `listening` line and /healthz both show this."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url if url.rstrip("/").count("/") > 2 else url + "/v1"

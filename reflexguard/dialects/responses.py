@@ -142,8 +142,15 @@ def to_chat(body: JsonObject) -> tuple[JsonObject, tuple[str, ...]]:
     if body.get("stream") is True:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
-    dropped = sorted(k for k in body if k not in CARRIED) + [f"tool:{b}" for b in builtins]
+    dropped = sorted(k for k in body if k not in CARRIED and not _asks_nothing(k, body[k])
+                     ) + [f"tool:{b}" for b in builtins]
     return chat, tuple(dropped)
+
+
+def _asks_nothing(key: str, value: object) -> bool:
+    """`include: []` or `include: null` (the Agents SDK sends the former on every turn)
+    asks for no extra output, so translating it away drops nothing."""
+    return key == "include" and (value is None or value == [])
 
 
 # -- replies ------------------------------------------------------------------------------

@@ -5,6 +5,12 @@ URL is read from the supervisor per request rather than fixed at start-up. While
 is serving, and when a request fails because the child just died, the caller gets an
 OpenAI-format 503 `upstream_unavailable` (responses.upstream_error maps the status), not
 a 502 that would read as a bug in the model server.
+
+Every chat completion sent to the child is first put into the form llama-cpp-python's
+server accepts (dialects/llama_cpp.py: `content: null` on an assistant's tool-call turn,
+content parts, `developer`, ...): here, and not for every upstream, because the rewrite
+exists for that server's schema alone, and vLLM or OpenAI accept those bodies as they are.
+Each kind of change is a counted fallback `llama_cpp_<kind>` naming where it changed.
 """
 
 from __future__ import annotations
@@ -13,11 +19,15 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import aiohttp
+import orjson
 
+from reflexguard.dialects.llama_cpp import normalised
 from reflexguard.embedded.supervisor import Supervisor
 from reflexguard.http.upstream import RawResponse, Upstream, UpstreamFailure, UpstreamUnreachable
+from reflexguard.ops.telemetry import Telemetry
 
 PLACEHOLDER = "http://127.0.0.1:0/v1"  # never dialled: url() asks the supervisor
+CHAT_PATH = "chat/completions"
 
 
 class UpstreamUnavailable(UpstreamFailure):
@@ -30,6 +40,30 @@ class SupervisedUpstream(Upstream):
                  max_connections: int = 256) -> None:
         super().__init__(PLACEHOLDER, api_key, timeout, connect_timeout, max_connections)
         self.supervisor = supervisor
+        self.telemetry: Telemetry | None = None  # counts the normalised fields; serve.py sets it
+
+    def for_child(self, path: str, body: bytes | None) -> bytes | None:
+        """A chat completion's body as the child's server accepts it (dialects/llama_cpp.py),
+        its changes counted; any other body, or one that is not a JSON object, as it is."""
+        if body is None or path.split("?", 1)[0].strip("/") != CHAT_PATH:
+            return body
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+        if not isinstance(value, dict):
+            return body
+        fixed, changes = normalised(value)
+        if not changes:
+            return body
+        try:
+            encoded = orjson.dumps(fixed)
+        except TypeError:  # deeper than orjson writes: sent as it came, the child decides
+            return body
+        if self.telemetry is not None:
+            for kind, where in sorted(changes.items()):
+                self.telemetry.fallback(f"llama_cpp_{kind}", at=where[:10], count=len(where))
+        return encoded
 
     def url(self, path: str) -> str:
         child = self.supervisor.serving()
@@ -46,6 +80,7 @@ class SupervisedUpstream(Upstream):
     async def request(self, method: str, path: str, body: bytes | None,
                       headers: Mapping[str, str], deadline: float | None = None,
                       ) -> RawResponse:
+        body = self.for_child(path, body) if method == "POST" else body
         try:
             return await super().request(method, path, body, headers, deadline)
         except UpstreamUnreachable as exc:
@@ -54,6 +89,7 @@ class SupervisedUpstream(Upstream):
     @asynccontextmanager
     async def stream(self, path: str, body: bytes,
                      headers: Mapping[str, str]) -> AsyncIterator[aiohttp.ClientResponse]:
+        body = self.for_child(path, body) or body
         async with AsyncExitStack() as stack:
             try:
                 response = await stack.enter_async_context(super().stream(path, body, headers))

@@ -127,6 +127,8 @@ class Supervisor:
         body = {"status": state, "upstream": child.base_url if child else None,
                 "model_variant": self.child.variant if self.child else None,
                 "restarts": self.restarts_total, "last_exit": self._last_exit()}
+        if state != "ready":
+            body["reason"] = self.unavailable()
         return (200 if state == "ready" else 503), body
 
     # -- the watch loop -----------------------------------------------------------------

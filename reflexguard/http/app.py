@@ -39,6 +39,7 @@ from reflexguard.http.dialect_call import (
     translated_unguarded,
 )
 from reflexguard.http.dialect_stream import dialect_stream, translated_plain_stream
+from reflexguard.http.health import PROBE_TIMEOUT, UpstreamHealth
 from reflexguard.http.responses import JSON, json_error, upstream_error
 from reflexguard.http.streams import (
     STREAM_KEY,
@@ -56,6 +57,8 @@ UPSTREAM_KEY: web.AppKey[Upstream] = web.AppKey("upstream", Upstream)
 
 class Routes(GuardContext):
     """The request handlers, over the context they share."""
+
+    upstream_health: UpstreamHealth  # set by build_app
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -181,6 +184,30 @@ class Routes(GuardContext):
             return web.json_response(body)
         status, supervised = self.health()
         return web.json_response({**body, **supervised}, status=status)
+
+    async def livez(self, _: web.Request) -> web.Response:
+        """The process serves: nothing else is asked (an orchestrator's liveness probe)."""
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        """The upstream answered recently (http/health.py), or the embedded model is ready:
+        200, else 503 with the reason."""
+        if self.health is not None:  # the supervised embedded child
+            status, supervised = self.health()
+            body: dict[str, object] = {"status": "ready" if status == 200 else "not_ready",
+                                       "upstream": supervised.get("upstream"),
+                                       "embedded": supervised.get("status")}
+            if status != 200:
+                body["reason"] = supervised.get("reason")
+            return web.json_response(body, status=status)
+        outcome = await self.upstream_health.ready(
+            lambda: self.upstream.probe(PROBE_TIMEOUT))
+        body = {"status": "ready" if outcome.answered else "not_ready",
+                "upstream": redact(self.upstream.base_url), "checked_by": outcome.source,
+                "age_s": round(max(0.0, time.monotonic() - outcome.at), 3)}
+        if not outcome.answered:
+            body["reason"] = outcome.reason
+        return web.json_response(body, status=200 if outcome.answered else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         denied = self._denied(request)
@@ -342,6 +369,7 @@ def build_app(settings: Settings, upstream_url: str | None = None,
                             settings.upstream_connect_timeout, settings.upstream_max_connections)
     telemetry = Telemetry(settings.events)
     guard = Routes(settings, upstream, telemetry)
+    guard.upstream_health = upstream.outcomes = UpstreamHealth(telemetry)
     # An abandoned upstream request is counted; its connection is closed (upstream.py).
     upstream.on_abandoned = lambda reason: telemetry.fallback(
         "upstream_request_abandoned", reason=reason)
@@ -376,6 +404,8 @@ def build_app(settings: Settings, upstream_url: str | None = None,
     app.router.add_post("/v1/responses", guard.responses)
     app.router.add_get("/v1/models", guard.models)
     app.router.add_get("/healthz", guard.healthz)
+    app.router.add_get("/livez", guard.livez)
+    app.router.add_get("/readyz", guard.readyz)
     app.router.add_get("/metrics", guard.metrics)
     app.router.add_get("/reflexguard/sessions/{session}", guard.session)
     app.router.add_route("*", "/v1/{tail:.*}", guard.passthrough)

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -66,6 +66,14 @@ class UpstreamHTTPError(UpstreamFailure):
         self.content_type = content_type
 
 
+class Outcomes(Protocol):
+    """Told every request's outcome (http/health.py: readiness and the unreachable log)."""
+
+    def answered(self, status: int) -> None: ...
+
+    def unreachable(self, url: str, error: BaseException) -> None: ...
+
+
 @dataclass(frozen=True)
 class RawResponse:
     status: int
@@ -93,6 +101,7 @@ class Upstream:
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self.outcomes: Outcomes | None = None  # set by build_app
         # Told ("cancelled", "timeout", "stopped") each time a request is given up before
         # its answer was read: build_app counts it (upstream_request_abandoned).
         self.on_abandoned: Callable[[str], None] | None = None
@@ -161,10 +170,12 @@ class Upstream:
                     total=left, sock_connect=self._timeout.sock_connect)
             else:
                 deadline = None  # the upstream timeout falls first
+        url = self.url(path)
         try:
             async with self.session.request(
-                method, self.url(path), data=body, headers=headers, **options,
+                method, url, data=body, headers=headers, **options,
             ) as response:
+                self._answered(response.status)
                 try:
                     payload = await response.read()
                 except BaseException:
@@ -183,7 +194,23 @@ class Upstream:
                 raise RequestDeadline("no answer before the request's deadline") from None
             raise UpstreamTimeout(f"upstream did not answer within the timeout: {exc}") from None
         except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"upstream unreachable: {type(exc).__name__}") from None
+            raise self._unreachable(url, exc) from None
+
+    def _answered(self, status: int) -> None:
+        if self.outcomes is not None:
+            self.outcomes.answered(status)
+
+    def _unreachable(self, url: str, exc: aiohttp.ClientError) -> UpstreamUnreachable:
+        """The one place a connection failure becomes UpstreamUnreachable: it is counted
+        and logged (rate-limited, the URL without credentials) by `outcomes`."""
+        if self.outcomes is not None:
+            self.outcomes.unreachable(url, exc)
+        return UpstreamUnreachable(f"upstream unreachable: {type(exc).__name__}")
+
+    async def probe(self, timeout: float) -> int:
+        """GET /models within `timeout` seconds: its status (readiness, http/health.py)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        return (await self.request("GET", "models", None, self.headers({}), deadline)).status
 
     async def post_json(self, path: str, body: bytes, headers: Mapping[str, str],
                         deadline: float | None = None) -> RawResponse:
@@ -207,15 +234,17 @@ class Upstream:
         self, path: str, body: bytes, headers: Mapping[str, str]
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A streaming POST, open once its headers have arrived with a 2xx status."""
+        url = self.url(path)
         try:
-            response = await self.session.post(self.url(path), data=body, headers=headers)
+            response = await self.session.post(url, data=body, headers=headers)
         except asyncio.CancelledError:
             self.abandoned(None, "cancelled")
             raise
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout(f"upstream did not answer within the timeout: {exc}") from None
         except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"upstream unreachable: {type(exc).__name__}") from None
+            raise self._unreachable(url, exc) from None
+        self._answered(response.status)
         try:
             if response.status >= 400:
                 payload = await response.read()

@@ -2,36 +2,58 @@
 
 Precedence, highest first: command-line flags, environment variables, the YAML file
 named by --config (or REFLEXGUARD_CONFIG), then the defaults below.
+
+Every mistake is a `ConfigError`: one line naming where the bad value came from (the
+flag, the variable, or the file and its key). A file that is not YAML, or not a mapping,
+and a key or a REFLEXGUARD_* variable that names no setting, are refused the same way.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+import yaml
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    YamlConfigSettingsSource,
 )
 
 from reflexguard.core.grounding import DEFAULT_PATTERN
 from reflexguard.core.ladder import MAX_REPAIRS_CEILING, OnExhausted
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_SCHEMA_NODES
 from reflexguard.core.repair import ConstrainedMode
+from reflexguard.core.urls import endpoint_suffix, redact, without_endpoint
 from reflexguard.dialects.native import DIALECTS, DialectName
 
 ToolCallFormat = Literal["openai", "content"]
+ENV_PREFIX = "REFLEXGUARD_"
+# REFLEXGUARD_* variables the project reads that are not settings (grep the repository
+# for REFLEXGUARD_ when adding one): they must not be refused as unknown settings.
+OTHER_VARIABLES = frozenset({
+    "REFLEXGUARD_CONFIG",  # the YAML file (cli/main.py)
+    "REFLEXGUARD_HOME",  # the model and wheel cache (embedded/model_store.py, setup.sh)
+    "REFLEXGUARD_LLAMA_CPU",  # the llama.cpp build flavour (scripts/llama_build.py)
+    "REFLEXGUARD_TAU2_LOG_LEVEL",  # the bench's tau2 logging (bench/__init__.py)
+    "REFLEXGUARD_TEST_LITELLM_LOG",  # the LiteLLM test probe's output (tests/fakes)
+})
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, said in one line that names its flag, variable or file."""
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REFLEXGUARD_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     upstream: str | None = Field(None, description="base URL of the model server, e.g. .../v1")
     upstream_api_key: SecretStr | None = Field(None, description="sent upstream as a bearer")
@@ -69,6 +91,9 @@ class Settings(BaseSettings):
     grounding_include_system: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_json_depth: int = Field(DEFAULT_MAX_JSON_DEPTH, ge=8, le=200)
+    max_schema_nodes: int = Field(
+        DEFAULT_MAX_SCHEMA_NODES, ge=100, le=10_000_000,
+        description="a tool schema expanding past this many nodes gets 400 (issue 18)")
     # Client connections (docs/reliability.md, "Stream and connection bounds").
     header_timeout: float = Field(
         15.0, gt=0, description="seconds a connection may take to send a request's headers")
@@ -80,9 +105,6 @@ class Settings(BaseSettings):
     max_client_connections: int | None = Field(
         None, ge=1, description="concurrent client connections per process; unset: the "
         "file limit less the upstream pool and a reserve")
-    max_schema_nodes: int = Field(
-        DEFAULT_MAX_SCHEMA_NODES, ge=100, le=10_000_000,
-        description="a tool schema expanding past this many nodes gets 400 (issue 18)")
     admin_token: SecretStr | None = Field(
         None, description="bearer token required by /metrics and /reflexguard/*")
     # Scale-out (docs/scaling.md): worker processes on one port, and where sessions live.
@@ -112,10 +134,13 @@ class Settings(BaseSettings):
     model_ctx: int = Field(8192, ge=512)
     model_threads: int | None = Field(None, ge=1)
 
-    @field_validator("repair", "margins", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _on_off(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.lower() in ("on", "off"):
+    def _on_off(cls, value: Any, info: ValidationInfo) -> Any:
+        """`on`/`off` for every switch, as the flags write them (`--repair off`)."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and field.annotation is bool and isinstance(value, str) \
+                and value.lower() in ("on", "off"):
             return value.lower() == "on"
         return value
 
@@ -149,6 +174,18 @@ class Settings(BaseSettings):
             return None
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        try:
+            host = urlsplit(value).hostname
+            urlsplit(value).port  # noqa: B018 -- raises ValueError on a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"not a URL: {exc}") from None
+        if not host:
+            raise ValueError("names no host")
+        suffix = endpoint_suffix(value)
+        if suffix is not None:
+            # reflexguard appends the endpoint itself: .../v1/chat/completions would 404.
+            raise ValueError(f"is an endpoint ({suffix}), not a base URL: use "
+                             f"{redact(without_endpoint(value))}")
         return value.rstrip("/")
 
     @field_validator("state")
@@ -169,10 +206,107 @@ class Settings(BaseSettings):
         raise ValueError("must be 'memory' or a redis://HOST:PORT/DB, rediss:// or unix:// URL")
 
 
+class _FileSource(PydanticBaseSettingsSource):
+    """The YAML file's settings, read and checked by `read_file`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: Mapping[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = dict(data)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def _suggestion(name: str, known: Any, prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The settings in a YAML file: a mapping whose every key names a setting."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {exc.problem or exc.context}"
+                          ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if data is None:  # an empty file, or only comments
+        return {}
+    if not isinstance(data, dict):
+        kind = "list" if isinstance(data, list) else type(data).__name__
+        raise ConfigError(f"{path}: must be a mapping of settings (key: value), not a {kind}")
+    for key in data:
+        if not isinstance(key, str) or key not in Settings.model_fields:
+            raise ConfigError(f"{path}: unknown key {key!r}"
+                              f"{_suggestion(str(key), Settings.model_fields)}")
+    return data
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """REFLEXGUARD_* variables that name neither a setting nor one of OTHER_VARIABLES.
+    pydantic-settings reads the environment case-insensitively, so this does too."""
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | OTHER_VARIABLES
+    return sorted(name for name in environ
+                  if name.upper().startswith(ENV_PREFIX) and name.upper() not in known)
+
+
+def _origin(name: str, flags: Mapping[str, Any], environ: Mapping[str, str],
+            config_file: Path | None, data: Mapping[str, Any]) -> str:
+    """Where setting `name`'s value came from, in precedence order."""
+    if name in flags:
+        return f"--{name.replace('_', '-')}"
+    variable = ENV_PREFIX + name.upper()
+    if any(key.upper() == variable for key in environ):
+        return variable
+    if config_file is not None and name in data:
+        return f"{config_file}: {name}"
+    return "its default"
+
+
+def describe(error: ValidationError, flags: Mapping[str, Any], environ: Mapping[str, str],
+             config_file: Path | None = None, data: Mapping[str, Any] | None = None) -> str:
+    """One line for the first error: the setting, where its value came from, what is wrong."""
+    errors = error.errors()
+    first = errors[0]
+    name = str(first["loc"][0]) if first["loc"] else "settings"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    if first["type"] == "extra_forbidden":
+        return f"unknown setting {name!r}{_suggestion(name, Settings.model_fields)}{more}"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    origin = _origin(name, flags, environ, config_file, data or {})
+    field = Settings.model_fields.get(name)
+    shown = ""
+    if field is not None and "SecretStr" not in str(field.annotation) \
+            and isinstance(first.get("input"), str | int | float | bool):
+        shown = f" (got {redact(str(first['input'])) if name == 'upstream' else first['input']!r})"
+        shown = shown if len(shown) < 120 else ""
+    return f"invalid setting {name} (from {origin}): {message}{shown}{more}"
+
+
 def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> Settings:
-    """Settings with flags over env over file over defaults. Raises on bad values."""
-    if config_file is not None and not config_file.is_file():
-        raise FileNotFoundError(f"config file not found: {config_file}")
+    """Settings with flags over env over file over defaults. Raises ConfigError, one line."""
+    environ = os.environ
+    unknown = unknown_variables(environ)
+    if unknown:
+        known = [ENV_PREFIX + n.upper() for n in Settings.model_fields] + sorted(OTHER_VARIABLES)
+        raise ConfigError(f"unknown environment variable {unknown[0]}"
+                          f"{_suggestion(unknown[0].upper(), known)}: it names no setting "
+                          f"(docs/config.md)")
+    data = read_file(config_file) if config_file is not None else {}
 
     class _Layered(Settings):
         @classmethod
@@ -184,10 +318,10 @@ def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> 
             dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-            if config_file is not None:
-                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
-            return tuple(sources)
+            return (init_settings, env_settings, _FileSource(settings_cls, data))
 
     given = {k: v for k, v in flags.items() if v is not None}
-    return _Layered(**given)
+    try:
+        return _Layered(**given)
+    except ValidationError as exc:
+        raise ConfigError(describe(exc, given, environ, config_file, data)) from exc

@@ -125,9 +125,9 @@ class Telemetry:
             "reflexguard_thin_margin_calls", "Tool calls whose name margin is below "
             "margin_threshold", ["model"], registry=self.registry,
         )
-        self.history = PromCounter(
-            "reflexguard_history_repaired", "Historical tool calls repaired before "
-            "forwarding (channel history_repaired), by kind", ["kind", "dialect"],
+        self.upstream_unreachable = PromCounter(
+            "reflexguard_upstream_unreachable", "Upstream requests whose connection failed "
+            "(refused, reset, closed early); logged at most every 10 s (http/health.py)",
             registry=self.registry,
         )
         self.connections_refused = PromCounter(
@@ -136,6 +136,11 @@ class Telemetry:
             registry=self.registry,
         )
         self._refusal_logged: dict[str, float] = {}
+        self.history = PromCounter(
+            "reflexguard_history_repaired", "Historical tool calls repaired before "
+            "forwarding (channel history_repaired), by kind", ["kind", "dialect"],
+            registry=self.registry,
+        )
         # Replaced by the app's own (GuardContext) when it has settings: memory or Redis.
         self.sessions: SessionState = memory_state()
         self._models: set[str] = set()

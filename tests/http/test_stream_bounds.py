@@ -159,3 +159,16 @@ def test_held_text_is_released_as_before(monkeypatch: pytest.MonkeyPatch) -> Non
     for piece in ("`", "``", "json\n", "{}"):
         fence.feed({"choices": [{"index": 0, "delta": {"content": piece}}]})
     assert not fence.released_text and fence.held_text == "```json\n{}"
+
+
+def test_a_long_broken_argument_is_not_guessed_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the fuzz suite's Messages route (a 600 KB partial_json): json-repair took
+    17 s on the loop for a 600 KB unterminated string. Past MAX_JSON_REPAIR_CHARS no guess
+    is made (the call is re-asked)."""
+    import reflexguard.core.fixes as fixes
+
+    def never(_: str) -> Any:
+        raise AssertionError("json_repair ran on a 600 KB argument")
+
+    monkeypatch.setattr(fixes.json_repair, "loads", never)
+    assert fixes._repaired_json('{"order_id": "' + "x" * 600_000) is None
