@@ -90,7 +90,8 @@ def repair_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(categories))])
     ax.set_xticklabels(categories, rotation=35, ha="right", fontsize=7)
     ax.set_ylabel("cases (on vs off, paired)")
-    ax.legend(fontsize=7)
+    if cells:
+        ax.legend(fontsize=7)
     ax.set_title(f"Cases fixed and broken by repair{tag}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
