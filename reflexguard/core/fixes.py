@@ -32,6 +32,10 @@ SCALAR_COERCED = "string_scalar_coerced"
 ARGUMENTS_DECODED = "double_encoded_arguments_decoded"
 # A schema's nesting the safe fixes walk at most; deeper values are left as they are.
 MAX_FIX_DEPTH = 32
+# Values the safe fixes visit in one call's arguments at most (issue 18: a 500,000-item
+# array cost ~1 s of event loop per attempt). Past it the arguments are left as they are
+# and the re-ask decides: a fix is a shortcut, never owed.
+MAX_FIX_VALUES = 10_000
 # Exactly JSON's own number grammar: "007", " 5", "1_000", "0x1f" and "NaN" stay strings.
 _JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -79,10 +83,26 @@ def _coerced(value: str, types: frozenset[str]) -> tuple[bool, Any]:
     return False, None
 
 
-def _safe_value(value: Any, schema: object, applied: list[str], depth: int) -> Any:
+class _TooManyValues(Exception):
+    """The arguments hold more values than the safe fixes will visit (MAX_FIX_VALUES)."""
+
+
+class _Applied(list[str]):
+    """The fixes applied so far, and the values visited against MAX_FIX_VALUES."""
+
+    visited = 0
+
+    def visit(self) -> None:
+        self.visited += 1
+        if self.visited > MAX_FIX_VALUES:
+            raise _TooManyValues
+
+
+def _safe_value(value: Any, schema: object, applied: _Applied, depth: int) -> Any:
     """`value` with the safe fixes applied where `schema` says what it must be."""
     if not isinstance(schema, dict) or depth > MAX_FIX_DEPTH:
         return value
+    applied.visit()
     types = _types(schema)
     if isinstance(value, str) and types is not None:
         changed, coerced = _coerced(value, types)
@@ -97,7 +117,7 @@ def _safe_value(value: Any, schema: object, applied: list[str], depth: int) -> A
     return value
 
 
-def _safe_object(value: dict[str, Any], schema: dict[str, Any], applied: list[str],
+def _safe_object(value: dict[str, Any], schema: dict[str, Any], applied: _Applied,
                  depth: int) -> dict[str, Any]:
     properties = schema.get("properties")
     if not isinstance(properties, dict):
@@ -106,6 +126,7 @@ def _safe_object(value: dict[str, Any], schema: dict[str, Any], applied: list[st
     required_names = set(required) if isinstance(required, list) else set()
     out: dict[str, Any] = {}
     for key, item in value.items():
+        applied.visit()
         sub = properties.get(key)
         if item is None and key not in required_names and isinstance(sub, dict):
             types = _types(sub)
@@ -136,17 +157,20 @@ def _decoded_twice(arguments: str) -> str | None:
 def _safe_arguments(arguments: str, parameters: dict[str, Any]) -> tuple[str, list[str]]:
     """Arguments with the schema-guided safe fixes, and their names (none: unchanged)."""
     try:
-        value = json.loads(arguments)
-    except (ValueError, RecursionError):
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
         return arguments, []
     if not isinstance(value, dict):
         return arguments, []
-    applied: list[str] = []
-    fixed = _safe_object(value, parameters, applied, 0)
+    applied = _Applied()
+    try:
+        fixed = _safe_object(value, parameters, applied, 0)
+    except _TooManyValues:
+        return arguments, []
     if not applied:
         return arguments, []
     try:
-        return orjson.dumps(fixed).decode(), applied
+        return orjson.dumps(fixed).decode(), list(applied)
     except TypeError:  # beyond orjson's depth or integer range: left to a re-ask
         return arguments, []
 

@@ -7,12 +7,12 @@ the real HTTP client; the server drives it with the pooled aiohttp client.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt
 
 from reflexguard.core.channels import Channel
@@ -182,10 +182,13 @@ def call_signature(reply: Reply) -> tuple[tuple[str, str], ...] | None:
         return None
     calls = []
     for call in reply.tool_calls:
+        # orjson: ~10x the stdlib's speed on a long answer (issue 18: a 1.5 MB argument
+        # cost ~0.2 s of loop here per attempt). What it refuses (NaN, integers past 64
+        # bits, nesting past 1024) compares as its raw text, which is still a signature.
         try:
-            arguments = json.dumps(json.loads(call.arguments), sort_keys=True,
-                                   ensure_ascii=False, separators=(",", ":"))
-        except (ValueError, RecursionError):
+            arguments = orjson.dumps(orjson.loads(call.arguments),
+                                     option=orjson.OPT_SORT_KEYS).decode()
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
             arguments = call.arguments
         calls.append((call.name, arguments))
     return tuple(calls)
@@ -209,6 +212,11 @@ def _fixed(attempt: Attempt, rules: CallRules, policy: FixPolicy) -> Attempt | N
     )
 
 
+# The most argument text an invalid reply may carry and still be re-asked about (256 Ki
+# characters, about 64k tokens: past most served models' context already).
+MAX_REASK_REPLY_CHARS = 256 * 1024
+
+
 def settled_without_repair(first: Attempt, policy: GuardPolicy) -> LadderResult | None:
     """The ladder's result when the first answer calls for no repair at all (valid, observe
     mode, or a reply the ladder never re-asks); None when the ladder has work to do."""
@@ -218,6 +226,11 @@ def settled_without_repair(first: Attempt, policy: GuardPolicy) -> LadderResult 
         return LadderResult([first], "observed")
     if len(first.replies) != 1:
         return LadderResult([first], "not_repaired", ["multiple_choices_not_repaired"])
+    if sum(len(call.arguments) for call in first.reply.tool_calls) > MAX_REASK_REPLY_CHARS:
+        # Re-asking echoes the whole call into the model's context, and every attempt
+        # costs a read of it on the event loop (issue 18): a call this large is answered
+        # as the model wrote it, and counted.
+        return LadderResult([first], "not_repaired", ["reply_too_large_to_reask"])
     if first.reply.finish_reason == "length" and policy.constrained == "off":
         # A reply cut off at max_tokens would be cut off again: re-asking only costs time.
         return LadderResult([first], "not_repaired", ["truncated_reply_not_repaired"])

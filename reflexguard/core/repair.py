@@ -42,7 +42,8 @@ class ReaskTokens:
     """How many tokens a re-ask may answer with (docs/repair.md, "The length of a
     re-ask"): `fixed` when set, else REASK_TOKENS_FACTOR times the first answer's
     completion tokens, within [floor, ceiling] (the ceiling when the upstream reported no
-    usage); never more than the client's own limit."""
+    usage) but never below the first answer's length plus the floor; never more than the
+    client's own limit."""
 
     fixed: int | None = None
     floor: int = REASK_TOKENS_FLOOR
@@ -54,7 +55,12 @@ class ReaskTokens:
         elif first_tokens is None:
             derived = self.ceiling
         else:
+            # Never less than the first answer's own length plus the floor: a re-ask that
+            # corrects a call must have room to write it again (a 3,000-token call under a
+            # 2,048 ceiling would be cut off every time).
             derived = min(max(first_tokens * REASK_TOKENS_FACTOR, self.floor), self.ceiling)
+            if derived <= first_tokens:
+                derived = first_tokens + self.floor
         return derived if client is None else min(client, derived)
 
 

@@ -6,8 +6,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
+
 from reflexguard.core.fixes import FixPolicy
-from reflexguard.core.ladder import GuardPolicy, read_attempt, run_ladder
+from reflexguard.core.ladder import (
+    MAX_REASK_REPLY_CHARS,
+    GuardPolicy,
+    read_attempt,
+    run_ladder,
+)
 from reflexguard.core.model import JsonObject
 from reflexguard.core.repair import (
     REASK_TOKENS_CEILING,
@@ -18,6 +25,7 @@ from reflexguard.core.repair import (
 )
 from tests.conftest import chat_body
 from tests.core.test_ladder import INVALID, OTHER, RULES, ListSend
+from tests.fakes.fake_upstream import tool_call_completion
 
 
 def with_usage(completion: JsonObject, tokens: int | None) -> JsonObject:
@@ -48,8 +56,11 @@ async def test_every_re_ask_carries_max_tokens_derived_from_the_first_answer() -
 
 async def test_the_derived_bound_has_a_floor_and_a_ceiling() -> None:
     assert [b["max_tokens"] for b in await reask_bodies(10)] == [REASK_TOKENS_FLOOR] * 2
-    assert [b["max_tokens"] for b in await reask_bodies(50_000)] == \
+    assert [b["max_tokens"] for b in await reask_bodies(1_500)] == \
         [REASK_TOKENS_CEILING] * 2
+    # A first answer longer than the ceiling: room to write it again, and the floor more.
+    assert [b["max_tokens"] for b in await reask_bodies(50_000)] == \
+        [50_000 + REASK_TOKENS_FLOOR] * 2
     # No usage reported: the ceiling.
     assert [b["max_tokens"] for b in await reask_bodies(None)] == [REASK_TOKENS_CEILING] * 2
 
@@ -86,3 +97,17 @@ def test_the_clients_limit_is_read_in_any_spelling() -> None:
     assert client_token_limit({"max_tokens": 70, "max_completion_tokens": 60}) == 60
     assert client_token_limit({"max_tokens": True}) is None
     assert client_token_limit({"max_tokens": None}) is None
+
+
+async def test_a_reply_too_large_to_echo_is_not_re_asked() -> None:
+    """A call longer than MAX_REASK_REPLY_CHARS would be echoed into the model's context
+    and read again on the loop per attempt (issue 18): the first answer is settled."""
+    huge = tool_call_completion("get_order_detail",
+                                orjson.dumps({"order_id": "x" * MAX_REASK_REPLY_CHARS}).decode())
+    send = ListSend(OTHER)
+    result = await run_ladder(chat_body(), read_attempt(1, "initial", huge, RULES, False, 0.0),
+                              RULES, GuardPolicy(fixes=FixPolicy(safe=False)), send,
+                              lambda _: None)
+    assert send.bodies == []
+    assert result.outcome == "not_repaired"
+    assert result.fallbacks == ["reply_too_large_to_reask"]
