@@ -112,8 +112,12 @@ async def _measure(url: str, body: bytes, conc: int, duration: float, count: int
         end = time.monotonic()
         print(f"load {os.getpid()}: {len(latencies)} answers, {errors} errors, {len(hung)} "
               f"hung, {end - start:.2f} s", file=sys.stderr, flush=True)
+        # The latencies go by file: a line of a few hundred KB through the pipe was once
+        # seen lost past its first 256 KiB (a 16-core run), small lines never.
+        where = Path(f"/tmp/bench-load-{os.getpid()}.json")
+        where.write_text(json.dumps(latencies))
         return {"start": start, "end": end, "errors": errors + len(hung),
-                "latencies": [round(x, 7) for x in latencies]}
+                "latencies_file": str(where)}
 
 
 def worker_main() -> None:
@@ -233,7 +237,7 @@ class LoadProcesses:
         busy = busy_share(machine, machine_ticks())
         client = sum(_ticks(pid) for pid in self.pids()) - client
         seconds = max(1e-9, max(r["end"] for r in results) - min(r["start"] for r in results))
-        latencies = [x for r in results for x in r["latencies"]]
+        latencies = [x for r in results for x in _read_latencies(r["latencies_file"])]
         cpu_ms = ((tree_cpu_seconds(server) - cpu) * 1000 / max(1, len(latencies))
                   if server else None)
         print(f"    machine busy {busy:.2f}, load client {client / TICKS / seconds:.1f} cores, "
@@ -257,6 +261,13 @@ class LoadProcesses:
                 child.wait(5)
             except (Stalled, subprocess.TimeoutExpired):
                 child.kill()
+
+
+def _read_latencies(name: str) -> list[float]:
+    path = Path(name)
+    values: list[float] = json.loads(path.read_text())
+    path.unlink()
+    return values
 
 
 def _ticks(pid: int) -> int:
