@@ -190,6 +190,12 @@ def run(config: CellsConfig, options: RunOptions, simulated: bool = False) -> li
                                  "simulated_errors cells are tau2's")
             cells.append((entry, precision))
     progress = Progress(per_arm * len(cells) * len(options.arms))
+    asked = {i for w in ids.values() for i in w}
+    for entry, precision in cells:  # what earlier runs stored counts from the start
+        for arm in options.arms:
+            progress.set(f"{_cell(entry, precision)} {arm}", sum(
+                1 for r in existing if r.cell == _cell(entry, precision) and r.arm == arm
+                and r.case_id in asked))
     stop = threading.Event()
 
     def one(entry: ModelEntry, precision: Precision) -> None:

@@ -210,7 +210,9 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     lines += ["## Hallucinated tool names", ""] + _names(summary)
     lines += ["## Cost of repair", "",
               "Per case; tokens as the client was billed (reflexguard sums every attempt's "
-              "usage), paired on − off with bootstrap 95% CIs.", ""] + _cost(summary)
+              "usage), paired on − off with bootstrap 95% CIs. Seconds compare arms that ran "
+              "at different times on a shared machine: read them as load, not as cost.",
+              ""] + _cost(summary)
     agreement = "; ".join(f"{_short(c)} {_ci(r)}" for c, r in summary["agreement"].items())
     lines += ["## Determinism floor", "",
               "Cases where repair changed nothing (every request clean or observed, no extra "
