@@ -139,7 +139,7 @@ def test_an_endpoint_url_on_the_command_line_is_one_line() -> None:
 
 
 def test_every_setting_has_its_flag() -> None:
-    serve = parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    serve = parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr,index]
     dests = {action.dest: action for action in serve._actions}
     assert set(Settings.model_fields) - set(dests) == set()
     for name in Settings.model_fields:

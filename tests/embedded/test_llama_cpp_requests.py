@@ -20,9 +20,9 @@ types = pytest.importorskip("llama_cpp.server.types")  # the embedded extra; CI 
 ServerRequest = types.CreateChatCompletionRequest
 ValidationError = pytest.importorskip("pydantic").ValidationError
 
-CALL = {"id": "call_1", "type": "function",
+CALL: dict[str, Any] = {"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
-TOOL = {"type": "function", "function": {
+TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 USER = {"role": "user", "content": "Weather in Oslo?"}
@@ -142,7 +142,7 @@ def test_what_the_server_accepts_is_sent_unchanged(request_body: dict[str, Any])
 
 
 def test_every_change_of_one_body_is_named_where_it_happened() -> None:
-    request_body = {
+    request_body: dict[str, Any] = {
         "messages": [{"role": "developer", "content": parts("a")}, USER,
                      {"role": "assistant", "content": None, "tool_calls": [CALL]},
                      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},

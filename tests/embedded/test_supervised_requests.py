@@ -28,14 +28,14 @@ pytest.importorskip("llama_cpp.server.types")  # the embedded extra; CI installs
 
 CHILD = Path(__file__).parent / "validating_child.py"
 FAST = RestartPolicy(backoff=(0.1,), ready_timeout=30.0, poll_interval=0.05)
-WEATHER = {"type": "function", "function": {
+WEATHER: dict[str, Any] = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]}}}
-CALL = {"id": "call_1", "type": "function",
+CALL: dict[str, Any] = {"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
 # A chat agent's second turn as LangChain and the Agents SDK send it.
-SECOND_TURN = {"model": "embedded", "tools": [WEATHER], "messages": [
+SECOND_TURN: dict[str, Any] = {"model": "embedded", "tools": [WEATHER], "messages": [
     {"role": "user", "content": "Weather in Oslo?"},
     {"role": "assistant", "content": None, "tool_calls": [CALL]},
     {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 18 C"}]}

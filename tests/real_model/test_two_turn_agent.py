@@ -43,7 +43,7 @@ def test_a_two_turn_chat_agent_gets_its_second_answer() -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.upper().startswith("REFLEXGUARD_") or k.upper() == "REFLEXGUARD_HOME"}
     process = subprocess.Popen([sys.executable, "-m", "reflexguard", "serve", "--port",
-                                str(port), "--model-ctx", "4096"],
+                                str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         wait_healthy(port, process)
@@ -55,7 +55,7 @@ def test_a_two_turn_chat_agent_gets_its_second_answer() -> None:
             messages=[{"role": "user", "content": ASK}])
         calls = first.choices[0].message.tool_calls
         assert calls, first.choices[0].message
-        call = calls[0]
+        call: Any = calls[0]
         assert call.function.name == "cancel_pending_order"
 
         answer = client.chat.completions.create(
@@ -67,7 +67,7 @@ def test_a_two_turn_chat_agent_gets_its_second_answer() -> None:
         streamed = client.chat.completions.create(
             model="embedded", temperature=0, max_tokens=64, tools=[CANCEL],  # type: ignore[list-item]
             messages=second_turn(call), stream=True)
-        chunks = list(streamed)
+        chunks: list[Any] = list(streamed)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         called = any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
         assert text or called, chunks
