@@ -97,7 +97,7 @@ if __name__ == "__main__":
         def serve_copy() -> None:  # forked before any loop; they share the process group
             web.run_app(app, host="127.0.0.1", port=options.port, access_log=None, print=None,
                         reuse_port=True, backlog=1024)
-        for _ in range(options.processes - 1):
+        for _copy in range(options.processes - 1):
             multiprocessing.get_context("fork").Process(target=serve_copy).start()
     web.run_app(app, host="127.0.0.1", port=options.port, access_log=None,
                 print=None, reuse_port=options.processes > 1, backlog=1024)
