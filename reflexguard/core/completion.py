@@ -11,6 +11,8 @@ import json
 import uuid
 from collections.abc import Iterable
 
+import orjson
+
 from reflexguard.core.extract import extract_calls
 from reflexguard.core.model import JsonObject, Reply, ToolCall, as_object
 
@@ -85,6 +87,20 @@ def lift_text_calls(reply: Reply) -> Reply:
     )
     finish = "tool_calls" if reply.finish_reason in (None, "stop") else reply.finish_reason
     return Reply(content=extraction.remainder or None, tool_calls=calls, finish_reason=finish)
+
+
+def unwrap_abstention(reply: Reply, key: str) -> Reply:
+    """A JSON-constrained reply that took the no-call shape (`{key: text}`) as the text
+    answer it is; any other reply unchanged."""
+    if reply.tool_calls or not reply.content:
+        return reply
+    try:
+        value = orjson.loads(reply.content)
+    except orjson.JSONDecodeError:
+        return reply
+    if not (isinstance(value, dict) and len(value) == 1 and isinstance(value.get(key), str)):
+        return reply
+    return Reply(content=value[key], tool_calls=(), finish_reason=reply.finish_reason or "stop")
 
 
 def message_of(reply: Reply) -> JsonObject:

@@ -16,10 +16,18 @@ import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt
 
 from reflexguard.core.channels import Channel
-from reflexguard.core.completion import choices_of, lift_text_calls, reply_of, sum_usage, with_reply
+from reflexguard.core.completion import (
+    choices_of,
+    lift_text_calls,
+    reply_of,
+    sum_usage,
+    unwrap_abstention,
+    with_reply,
+)
 from reflexguard.core.fixes import FixPolicy, apply_fixes
 from reflexguard.core.model import JsonObject, Reply, Verdict
 from reflexguard.core.repair import (
+    ABSTAIN_KEY,
     ConstrainedMode,
     ReaskTokens,
     bounded,
@@ -166,9 +174,11 @@ def _only_ungrounded(verdict: Verdict) -> bool:
 
 def read_attempt(
     number: int, kind: AttemptKind, completion: JsonObject, rules: CallRules,
-    lift: bool, seconds: float,
+    lift: bool, seconds: float, json_mode: bool = False,
 ) -> Attempt:
     read = [reply_of(choice) for choice in choices_of(completion)] or [Reply()]
+    if json_mode:  # a JSON-constrained attempt may answer without a call (repair.constrain)
+        read = [unwrap_abstention(r, ABSTAIN_KEY) for r in read]
     replies = [lift_text_calls(r) for r in read] if lift else read
     verdicts = tuple(validate_reply(r, rules) for r in replies)
     lifted = any(a is not b for a, b in zip(read, replies, strict=True))
@@ -305,7 +315,7 @@ async def run_ladder(
             raise
         attempt = read_attempt(
             number, kind, completion, rules, policy.lift_text_calls or json_mode,
-            time.perf_counter() - started,
+            time.perf_counter() - started, json_mode=json_mode,
         )
         attempts.append(attempt)
         on_attempt(attempt)

@@ -203,26 +203,53 @@ def call_schema(toolset: ToolSet, names: list[str]) -> JsonObject:
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
+# The one other shape a JSON-constrained attempt may take while the client allows text
+# (`tool_choice` absent or "auto"): an answer without a call. Forcing a call there turned
+# BFCL irrelevance answers the checker scored as abstaining into calls with invented
+# values (issue 20): the constraint is for well-formed output, not for calling.
+ABSTAIN_KEY = "answer"
+ABSTAIN_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {ABSTAIN_KEY: {"type": "string"}},
+    "required": [ABSTAIN_KEY],
+    "additionalProperties": False,
+}
+
+
+def allows_text(body: JsonObject) -> bool:
+    """Whether the client's request lets the model answer without calling a tool."""
+    return body.get("tool_choice") in (None, "auto")
+
+
+def _with_abstention(schema: JsonObject) -> JsonObject:
+    variants = schema.get("anyOf", [schema])
+    return {"anyOf": [*variants, ABSTAIN_SCHEMA]}
+
+
 def constrain(
     body: JsonObject, mode: ConstrainedMode, reply: Reply, verdict: Verdict, toolset: ToolSet
 ) -> JsonObject:
-    """A copy of a re-ask body that forces a well-formed call, for upstreams that can."""
+    """A copy of a re-ask body that forces well-formed output, for upstreams that can: a
+    valid call, or (JSON modes, when the client allows text) an answer without one."""
     if mode == "off" or not toolset.names:
         return body
     wanted = intended_tools(reply, verdict, toolset)
     names = wanted or toolset.names
     constrained = dict(body)
+    schema = call_schema(toolset, names)
+    if allows_text(body):
+        schema = _with_abstention(schema)
     if mode == "tool_choice":
         if len(names) == 1:
             constrained["tool_choice"] = {"type": "function", "function": {"name": names[0]}}
         else:
             constrained["tool_choice"] = "required"
     elif mode == "structured_outputs":
-        constrained["structured_outputs"] = {"json": call_schema(toolset, names)}
+        constrained["structured_outputs"] = {"json": schema}
     else:
         # `json_object` with a `schema` is the form both llama.cpp's server and
         # llama-cpp-python's accept (the latter rejects OpenAI's `json_schema` type).
         constrained["response_format"] = {
-            "type": "json_object", "schema": call_schema(toolset, names),
+            "type": "json_object", "schema": schema,
         }
     return constrained

@@ -110,6 +110,19 @@ async def test_the_constrained_attempt_is_the_last_rung() -> None:
     assert result.outcome == "fixed_by_constrained"
 
 
+async def test_a_constrained_attempt_may_answer_without_a_call() -> None:
+    """Issue 20: on BFCL's irrelevance, forcing a call made an abstention a wrong call;
+    under tool_choice auto the JSON constraint's no-call shape is read as the text it is."""
+    abstained = text_completion('{"answer": "None of the tools can tell the weather."}')
+    send = ListSend(INVALID, abstained)
+    result, seen = await ladder(INVALID, send, constrained="response_format", max_repairs=2)
+    assert [a.kind for a in seen] == ["initial", "reask", "constrained"]
+    assert result.final.valid and not result.final.reply.tool_calls
+    answer = agent_completion(result)["choices"][0]["message"]
+    assert answer["content"] == "None of the tools can tell the weather."
+    assert "tool_calls" not in answer or not answer["tool_calls"]
+
+
 async def test_an_upstream_failure_mid_ladder_keeps_the_last_answer() -> None:
     send = ListSend(OTHER, UpstreamFailure("down"))
     result, _ = await ladder(INVALID, send, max_repairs=3)

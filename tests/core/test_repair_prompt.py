@@ -8,7 +8,12 @@ import json
 from reflexguard.core.channels import Channel
 from reflexguard.core.feedback import closest_names, quote
 from reflexguard.core.model import Reply, ToolCall
-from reflexguard.core.repair import call_schema, constrain, reask_body
+from reflexguard.core.repair import (
+    ABSTAIN_SCHEMA,
+    call_schema,
+    constrain,
+    reask_body,
+)
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules, validate_reply
 from tests.conftest import TOOLS, chat_body
@@ -79,12 +84,12 @@ def test_constrained_bodies() -> None:
     named = constrain(body, "tool_choice", reply, verdict, TOOLSET)  # type: ignore[arg-type]
     assert named["tool_choice"] == {"type": "function", "function": {"name": "cancel_order"}}
     structured = constrain(body, "structured_outputs", reply, verdict, TOOLSET)  # type: ignore[arg-type]
-    assert structured["structured_outputs"]["json"]["properties"]["name"]["enum"] == [
-        "cancel_order"
-    ]
+    call_variant, abstain = structured["structured_outputs"]["json"]["anyOf"]
+    assert call_variant["properties"]["name"]["enum"] == ["cancel_order"]
+    assert abstain == ABSTAIN_SCHEMA  # tool_choice absent: the model may still not call
     fmt = constrain(body, "response_format", reply, verdict, TOOLSET)  # type: ignore[arg-type]
     assert fmt["response_format"]["type"] == "json_object"
-    assert fmt["response_format"]["schema"]["required"] == ["name", "arguments"]
+    assert fmt["response_format"]["schema"]["anyOf"][0]["required"] == ["name", "arguments"]
     assert "tool_choice" not in body and "response_format" not in body
     both = call_schema(TOOLSET, TOOLSET.names)
     assert len(both["anyOf"]) == 2
@@ -118,3 +123,14 @@ def test_a_megabyte_value_makes_a_short_repair_message() -> None:
     messages = reask_body(chat_body(), reply, verdict, TOOLSET)["messages"]  # type: ignore[arg-type]
     assert len(messages[-1]["content"]) < 2_000
     assert len(messages[-2]["tool_calls"][0]["function"]["arguments"]) < 5_000
+
+
+def test_a_json_constraint_offers_no_escape_when_the_client_requires_a_call() -> None:
+    reply, verdict = failed(ToolCall(id="c", name="cancel_ordr", arguments="{}"))
+    for choice in ("required", {"type": "function", "function": {"name": "cancel_order"}}):
+        body = reask_body(chat_body(tool_choice=choice), reply, verdict, TOOLSET)  # type: ignore[arg-type]
+        fmt = constrain(body, "response_format", reply, verdict, TOOLSET)  # type: ignore[arg-type]
+        assert fmt["response_format"]["schema"]["required"] == ["name", "arguments"]
+    body = reask_body(chat_body(tool_choice="auto"), reply, verdict, TOOLSET)  # type: ignore[arg-type]
+    fmt = constrain(body, "response_format", reply, verdict, TOOLSET)  # type: ignore[arg-type]
+    assert fmt["response_format"]["schema"]["anyOf"][-1] == ABSTAIN_SCHEMA
