@@ -182,7 +182,6 @@ TOOL_WORKLOADS: dict[str, tuple[list[dict[str, Any]], bytes]] = {
 }
 
 
-
 def _history(calls: int) -> list[dict[str, Any]]:
     """An agent's replayed history (issue 22): `calls` earlier turns, each a valid call and its
     result, with a user turn after every second one: 2*calls + calls//2 messages."""
@@ -202,7 +201,7 @@ def _history(calls: int) -> list[dict[str, Any]]:
 
 # The 8-tool request after a 20-turn history holding 10 valid historical calls: what history
 # hygiene (dialects/history.py) reads on every turn of a long conversation.
-HISTORY_REQUEST = {**REQUEST, "messages": [*REQUEST["messages"][:1], *_history(10),
-                                           *REQUEST["messages"][1:]]}
+_MESSAGES: list[dict[str, Any]] = REQUEST["messages"]  # type: ignore[assignment]
+HISTORY_REQUEST = {**REQUEST, "messages": [*_MESSAGES[:1], *_history(10), *_MESSAGES[1:]]}
 HISTORY_REQUEST_BYTES = orjson.dumps(HISTORY_REQUEST)
 TOOL_WORKLOADS["8+h"] = (TOOLS, HISTORY_REQUEST_BYTES)
