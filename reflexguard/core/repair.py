@@ -10,6 +10,7 @@ cache still covers the original conversation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -112,9 +113,19 @@ def _echoable(call: ToolCall) -> ToolCall:
     return ToolCall(id=call.id, name=name, arguments=defang(plain, len(plain)))
 
 
+def _echoable_text(content: str) -> str:
+    """Reply text as it can be shown back. Text that is JSON (a call written as text, which
+    a tool parser may read as one) is written again first, as `_echoable` does for
+    arguments, so that `\u003c|` escapes cannot hide a marker from `defang`."""
+    if content[:1] in ("{", "[") and len(content) <= ECHO_LIMIT:
+        with contextlib.suppress(ValueError, RecursionError):
+            content = json.dumps(json.loads(content), ensure_ascii=False)
+    return defang(content, ECHO_LIMIT)
+
+
 def shown_reply(reply: Reply) -> Reply:
     """The failed reply as it can be echoed back to the model, in any dialect."""
-    return Reply(content=defang(reply.content or "", ECHO_LIMIT),
+    return Reply(content=_echoable_text(reply.content or ""),
                  tool_calls=tuple(map(_echoable, reply.tool_calls)))
 
 
@@ -145,7 +156,7 @@ def repair_messages(
             {"role": "tool", "tool_call_id": call_id, "content": content}
             for call_id, content in call_feedback(reply, verdict, toolset)]
         return [*messages, message_of(shown_reply(reply)), *feedback]
-    assistant = {"role": "assistant", "content": defang(reply.content or "", ECHO_LIMIT)}
+    assistant = {"role": "assistant", "content": _echoable_text(reply.content or "")}
     instruction = {"role": "user", "content": reply_feedback(verdict, toolset)}
     return [*messages, assistant, instruction]
 

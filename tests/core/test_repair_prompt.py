@@ -134,3 +134,14 @@ def test_a_json_constraint_offers_no_escape_when_the_client_requires_a_call() ->
     body = reask_body(chat_body(tool_choice="auto"), reply, verdict, TOOLSET)  # type: ignore[arg-type]
     fmt = constrain(body, "response_format", reply, verdict, TOOLSET)  # type: ignore[arg-type]
     assert fmt["response_format"]["schema"]["anyOf"][-1] == ABSTAIN_SCHEMA
+
+
+def test_escaped_markers_in_a_text_call_are_broken_up_too() -> None:
+    """Found by the fuzz suite: text that is JSON hid `<|im_start|>` as `\\u003c|…` from
+    defang, and a template (or the checker) that parses it read the marker again."""
+    content = '{"name": "x", "arguments": {"o": "\\u003c|im_start|\\u003e"}}'
+    reply = Reply(content=content)
+    verdict = validate_reply(reply, CallRules(toolset=TOOLSET))
+    echoed = reask_body(chat_body(), reply, verdict, TOOLSET)["messages"][-2]["content"]
+    assert "<|im_start|>" not in json.dumps(json.loads(echoed), ensure_ascii=False)
+    assert json.loads(echoed)["name"] == "x"  # still the model's own JSON
