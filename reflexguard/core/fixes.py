@@ -72,12 +72,15 @@ def _coerced(value: str, types: frozenset[str]) -> tuple[bool, Any]:
     string keeps the string."""
     if "string" in types:
         return False, None
-    if "integer" in types and _JSON_INTEGER.fullmatch(value):
-        return True, int(value)
-    if "number" in types and _JSON_NUMBER.fullmatch(value):
-        number = json.loads(value)
-        return (True, number) if isinstance(number, int | float) and abs(number) != float("inf") \
-            else (False, None)
+    try:  # Python refuses integers of more than 4,300 digits: such a string stays a string
+        if "integer" in types and _JSON_INTEGER.fullmatch(value):
+            return True, int(value)
+        if "number" in types and _JSON_NUMBER.fullmatch(value):
+            number = json.loads(value)
+            return (True, number) if isinstance(number, int | float) \
+                and abs(number) != float("inf") else (False, None)
+    except ValueError:
+        return False, None
     if "boolean" in types and value in _BOOLEANS:
         return True, _BOOLEANS[value]
     return False, None
@@ -151,7 +154,12 @@ def _decoded_twice(arguments: str) -> str | None:
         value = json.loads(inner)
     except (ValueError, RecursionError):
         return None
-    return orjson.dumps(value).decode() if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # integers past 64 bits, nesting past orjson's: a re-ask
+        return None
 
 
 def _safe_arguments(arguments: str, parameters: dict[str, Any]) -> tuple[str, list[str]]:

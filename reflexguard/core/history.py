@@ -92,9 +92,13 @@ def replacement(arguments: object, allowance: RepairAllowance | None = None,
     if isinstance(value, dict):
         return None
     if isinstance(value, str) and len(value) <= MAX_REPAIR_CHARS:  # encoded twice
-        inner = replacement(value)
-        if inner is None:
+        # Only an object's text is decoded here; broken JSON inside a string is not
+        # repaired (that path once bypassed the request's json-repair allowance).
+        try:
             decoded = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict):
             return Replacement(value, decoded, "not_an_object",
                                _note("were a JSON object encoded twice; shown decoded"))
     return _emptied("not_an_object", arguments)
@@ -129,7 +133,7 @@ def _repaired(arguments: str, allowance: RepairAllowance) -> Replacement:
     if allowance.spend(len(arguments)):
         try:
             value = json_repair.loads(arguments)
-        except (ValueError, RecursionError):  # json-repair's own failures
+        except Exception:  # json-repair is best effort: a failure means "no repair", {} below
             value = None
         if isinstance(value, dict) and value:
             return Replacement(_dumps(value), value, "broken_json_repaired",

@@ -172,14 +172,20 @@ def _only_ungrounded(verdict: Verdict) -> bool:
     return bool(violations) and all(v.channel is Channel.UNGROUNDED_ENTITY for v in violations)
 
 
+def _read_reply(reply: Reply, lift: bool, json_mode: bool) -> Reply:
+    if json_mode:  # a JSON-constrained attempt may answer without a call (repair.constrain)
+        answer = unwrap_abstention(reply, ABSTAIN_KEY)
+        if answer is not reply:
+            return answer  # an abstention's text is an answer, never lifted into a call
+    return lift_text_calls(reply) if lift else reply
+
+
 def read_attempt(
     number: int, kind: AttemptKind, completion: JsonObject, rules: CallRules,
     lift: bool, seconds: float, json_mode: bool = False,
 ) -> Attempt:
     read = [reply_of(choice) for choice in choices_of(completion)] or [Reply()]
-    if json_mode:  # a JSON-constrained attempt may answer without a call (repair.constrain)
-        read = [unwrap_abstention(r, ABSTAIN_KEY) for r in read]
-    replies = [lift_text_calls(r) for r in read] if lift else read
+    replies = [_read_reply(r, lift, json_mode) for r in read]
     verdicts = tuple(validate_reply(r, rules) for r in replies)
     lifted = any(a is not b for a, b in zip(read, replies, strict=True))
     return Attempt(number, kind, completion, tuple(replies), verdicts, seconds, lifted=lifted)

@@ -64,6 +64,15 @@ class CompileNeeded(Exception):
         self.key, self.tools, self.raw, self.max_depth = key, tools, raw, max_depth
 
 
+def _fresh(exc: Exception) -> Exception:
+    """A new exception like a cached refusal, with no traceback: raising the cached object
+    itself again chained every request's frames (and their bodies) onto it."""
+    clone = Exception.__new__(type(exc))
+    clone.args = exc.args
+    clone.__dict__.update(exc.__dict__)
+    return clone
+
+
 class ToolsTooDeep(ValueError):
     """The tools list nests deeper than the caller allows."""
 
@@ -223,6 +232,8 @@ def _spec(name: str, index: int, parameters: dict[str, Any], max_nodes: int) -> 
             backtracking = backtracking or not _linear(pattern)
     except SchemaTooCostly as exc:
         raise InvalidToolSchema(name, index, str(exc)) from None
+    except RecursionError:  # a $ref chain longer than the interpreter's stack: flat JSON
+        raise InvalidToolSchema(name, index, "its $ref chain is too long to measure") from None
     try:
         validator = jsonschema_rs.validator_for(
             checked, retriever=_refuse_remote, pattern_options=PATTERN_OPTIONS)
@@ -354,7 +365,7 @@ class ToolSetCache:
             outcome = self._settled[key]
             if outcome is None:
                 return None
-            raise outcome
+            raise _fresh(outcome)
         raise CompileNeeded(key, tools, raw, max_depth)
 
     def prepare(self, miss: CompileNeeded) -> tuple[bytes, ToolSet] | Exception | None:

@@ -16,6 +16,7 @@ from reflexguard.core.history import (
     MAX_REPAIR_CHARS,
     MAX_REPAIR_TOTAL,
     NOTE_PREFIX,
+    RepairAllowance,
     object_replacement,
     replacement,
 )
@@ -305,3 +306,17 @@ def test_past_the_bound_the_rest_of_the_history_goes_as_sent() -> None:
     assert report.left_as_sent >= 1
     assert repaired["input"][-2]["arguments"] == "{x"  # past the bound: as sent
     assert len(repaired["input"]) == len(items)
+
+
+def test_broken_json_encoded_twice_spends_no_repair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: a JSON string of broken JSON went through json-repair with a fresh
+    allowance of its own, so 100 such calls cost seconds of loop past the request's bound."""
+    import json_repair
+
+    calls: list[str] = []
+    real = json_repair.loads
+    monkeypatch.setattr(json_repair, "loads", lambda text, *a, **k: (calls.append(text),
+                                                                      real(text))[1])
+    allowance = RepairAllowance(left=0, calls=0)  # nothing left to spend
+    out = replacement(json.dumps('{"a": 1,, "b": '), allowance)
+    assert calls == [] and out is not None and out.value == {}

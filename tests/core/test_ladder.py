@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 
@@ -121,6 +122,15 @@ async def test_a_constrained_attempt_may_answer_without_a_call() -> None:
     answer = agent_completion(result)["choices"][0]["message"]
     assert answer["content"] == "None of the tools can tell the weather."
     assert "tool_calls" not in answer or not answer["tool_calls"]
+
+
+async def test_an_abstentions_text_is_never_lifted_into_a_call() -> None:
+    """Review finding: the unwrapped answer went through the text-call lifter again."""
+    text = '<tool_call>{"name": "get_order_details", "arguments": {}}</tool_call>'
+    abstained = text_completion(json.dumps({"answer": text}))
+    send = ListSend(INVALID, abstained)
+    result, _ = await ladder(INVALID, send, constrained="response_format", max_repairs=2)
+    assert not result.final.reply.tool_calls and result.final.reply.content == text
 
 
 async def test_an_upstream_failure_mid_ladder_keeps_the_last_answer() -> None:

@@ -121,3 +121,35 @@ def test_many_optional_fields_keep_a_detailed_message() -> None:
     call = _verdict(schema, json.dumps(arguments))
     assert call.channel is Channel.SCHEMA_VIOLATION
     assert call.detail.startswith("f59: ") and "do not match the schema" not in call.detail
+
+
+def test_a_ref_chain_longer_than_the_stack_is_a_clear_refusal() -> None:
+    """Review finding: an 800-link $ref chain is flat JSON, and measuring it raised
+    RecursionError (a 500, recompiled on every request)."""
+    defs: dict[str, Any] = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(800)}
+    defs["d800"] = {"type": "string"}
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+    with pytest.raises(InvalidToolSchema) as caught:
+        ToolSetCache().get(tools(schema, "long"), 64)
+    assert caught.value.tool_name == "long"
+
+
+def test_a_cached_refusal_does_not_keep_each_requests_frames() -> None:
+    """Review finding: re-raising the cached exception object chained every retry's
+    frames (and their request bodies) onto it; each raise is a fresh copy now."""
+    from reflexguard.core.toolset import CompileNeeded
+
+    cache = ToolSetCache(defer=True)
+    raw = json.dumps(tools({"type": "object", "properties": {"x": {"type": "strin"}}}))
+    tool_list = json.loads(raw)
+    try:
+        cache.get(tool_list)
+    except CompileNeeded as miss:
+        cache.store(miss, cache.prepare(miss))
+    seen = []
+    for _ in range(3):
+        with pytest.raises(InvalidToolSchema) as caught:
+            cache.get(tool_list)
+        seen.append(caught.value)
+    assert len({id(e) for e in seen}) == 3
+    assert all(e.tool_name == "t" and "invalid parameters" in str(e) for e in seen)
