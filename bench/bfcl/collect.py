@@ -6,16 +6,16 @@ category's score file does not list it as failed.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from bench.event_tally import tally
 from bench.stats.bfcl_records import BfclArm, CaseRecord
 from bench.tau2.cells import Precision
-from reflexguard.core.channels import Channel
 from reflexguard.ops.events import Event, read_event
 
 ERROR_KEPT = 300
@@ -47,25 +47,10 @@ def read_events(path: Path, start: int = 0) -> tuple[dict[str, list[Event]], int
 def proxy_fields(events: Iterable[Event]) -> dict[str, Any]:
     """What reflexguard saw for one case: channels of first answers, wrong names, outcomes,
     extra upstream calls (the same reading as the tau2 bench's ProxyRecord)."""
-    first: Counter[str] = Counter()
-    names: Counter[str] = Counter()
-    outcomes: Counter[str] = Counter()
-    requests = extra = 0
-    for event in events:
-        if event["event"] == "attempt":
-            if event["kind"] == "initial":
-                requests += 1
-                for call in event["calls"]:
-                    first[call["channel"]] += 1
-                    if call["channel"] == Channel.UNKNOWN_TOOL and call["name"]:
-                        names[call["name"]] += 1
-            elif event["kind"] in ("reask", "constrained"):
-                extra += 1
-        elif event["event"] == "outcome":
-            outcomes[event["outcome"]] += 1
-    return {"requests": requests, "first_attempt_channels": dict(first),
-            "unknown_tool_names": dict(names), "outcomes": dict(outcomes),
-            "extra_upstream_calls": extra}
+    seen = tally(events)
+    return {"requests": seen.requests, "first_attempt_channels": dict(seen.first),
+            "unknown_tool_names": dict(seen.names), "outcomes": dict(seen.outcomes),
+            "extra_upstream_calls": seen.extra}
 
 
 def _total(value: Any) -> int:

@@ -10,7 +10,6 @@ reason, `episode_timeout`.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,13 +22,13 @@ from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.registry import registry
 from tau2.user.user_simulator import DummyUser, UserSimulator
 
+from bench.event_tally import tally
 from bench.records import Arm, Cell, EpisodeRecord, ProxyRecord, ToolCallRecord
 from bench.tau2.classify import env_channel
 from bench.tau2.scripted_user import LABEL as SCRIPTED_LABEL
 from bench.tau2.scripted_user import ScriptedUser
 from bench.tau2.sim_agent import SimulatedAgent
-from reflexguard.core.channels import Channel
-from reflexguard.ops.events import REPAIRED, Event
+from reflexguard.ops.events import Event
 
 AgentKind = Literal["llm", "simulated"]
 UserKind = Literal["scripted", "llm", "solo"]
@@ -164,27 +163,11 @@ def tool_calls_of(messages: list[Any], user_tool_names: frozenset[str]) -> tuple
 
 
 def proxy_record(events: list[Event]) -> ProxyRecord:
-    first: Counter[str] = Counter()
-    names: Counter[str] = Counter()
-    outcomes: Counter[str] = Counter()
-    extra = attempted = succeeded = 0
-    for event in events:
-        if event["event"] == "attempt":
-            if event["kind"] == "initial":
-                for call in event["calls"]:
-                    first[call["channel"]] += 1
-                    if call["channel"] == Channel.UNKNOWN_TOOL and call["name"]:
-                        names[call["name"]] += 1
-            elif event["kind"] in ("reask", "constrained"):
-                extra += 1
-        elif event["event"] == "outcome":
-            outcomes[event["outcome"]] += 1
-            if event["outcome"] != "observed":
-                attempted += 1
-                succeeded += event["outcome"] in REPAIRED
-    return ProxyRecord(first_attempt_channels=dict(first), unknown_tool_names=dict(names),
-                       repairs_attempted=attempted, repairs_succeeded=succeeded,
-                       extra_upstream_calls=extra, outcomes=dict(outcomes))
+    seen = tally(events)
+    return ProxyRecord(first_attempt_channels=dict(seen.first),
+                       unknown_tool_names=dict(seen.names),
+                       repairs_attempted=seen.attempted, repairs_succeeded=seen.succeeded,
+                       extra_upstream_calls=seen.extra, outcomes=dict(seen.outcomes))
 
 
 def run_episode(spec: EpisodeSpec,
