@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report.bfcl_plots import draw_all
-from bench.report.writer import to_html
+from bench.report.writer import percent, to_html
 from bench.stats.bfcl_records import CaseRecord
 from bench.stats.bfcl_summary import summarise
 
@@ -23,14 +23,10 @@ NOTE = (
 )
 
 
-def _pct(value: Any) -> str:
-    return "–" if value is None else f"{100 * float(value):.1f}%"
-
-
 def _ci(entry: dict[str, Any] | None) -> str:
     if not entry or entry["rate"] is None:
         return "–"
-    return (f"{_pct(entry['rate'])} [{_pct(entry['low'])}, {_pct(entry['high'])}] "
+    return (f"{percent(entry['rate'])} [{percent(entry['low'])}, {percent(entry['high'])}] "
             f"({entry['correct']}/{entry['n']})")
 
 
@@ -91,7 +87,7 @@ def _channels(summary: dict[str, Any]) -> list[str]:
     for cell in summary["cells"]:
         for arm, rates in summary["channels"].get(cell, {}).items():
             lines.append(f"| {_short(cell)} | {arm} | {rates['requests']} | {rates['entries']} | "
-                         + " | ".join(f"{_pct(rates['per_entry'][ch])} ({rates['counts'][ch]})"
+                         + " | ".join(f"{percent(rates['per_entry'][ch])} ({rates['counts'][ch]})"
                                       for ch in channels) + " |")
     return lines
 
@@ -123,7 +119,7 @@ def _damage(summary: dict[str, Any]) -> list[str]:
               "| pairs | cases | fixed | broken | net |", "|---|---|---|---|---|"]
     for label, entry in rec.items():
         lines.append(f"| {label} | {entry['pairs']} | {entry['fixed']} | {entry['broken']} | "
-                     f"{_pct(entry['difference'])} |")
+                     f"{percent(entry['difference'])} |")
     return lines + [""]
 
 
@@ -133,7 +129,7 @@ def _names(summary: dict[str, Any]) -> list[str]:
     for cell, n in summary["hallucinated_names"].items():
         lines.append(f"| {_short(cell)} | {n['names']} | {_p(n['spearman'])} | "
                      f"{_p(n['p_value'])} | {n['lower_hallucinations']} | {n['lower_new']} | "
-                     f"{_pct(n['share_new'])} |")
+                     f"{percent(n['share_new'])} |")
     return lines + ["", "ρ needs at least 3 distinct names; '–' when fewer were seen.", ""]
 
 

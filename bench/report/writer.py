@@ -29,14 +29,16 @@ SMALL_MODEL_NOTE = (
 )
 
 
-def _pct(value: Any) -> str:
+def percent(value: Any) -> str:
+    """A rate as the reports print it (one decimal), "–" when there is none."""
     return "–" if value is None else f"{100 * float(value):.1f}%"
 
 
 def _ci(entry: dict[str, Any]) -> str:
     if entry["rate"] is None:
         return "–"
-    return f"{_pct(entry['rate'])} [{_pct(entry['low'])}, {_pct(entry['high'])}] (n={entry['n']})"
+    return (f"{percent(entry['rate'])} [{percent(entry['low'])}, {percent(entry['high'])}] "
+            f"(n={entry['n']})")
 
 
 def _arms(arms: dict[str, Any]) -> list[str]:
@@ -47,7 +49,7 @@ def _arms(arms: dict[str, Any]) -> list[str]:
 def _short(entry: dict[str, Any]) -> str:
     if entry["rate"] is None:
         return "–"
-    return f"{_pct(entry['rate'])} [{_pct(entry['low'])}, {_pct(entry['high'])}]"
+    return f"{percent(entry['rate'])} [{percent(entry['low'])}, {percent(entry['high'])}]"
 
 
 def _budgets(summary: dict[str, Any]) -> list[int]:
@@ -106,8 +108,8 @@ def _effects_table(summary: dict[str, Any]) -> list[str]:
              "|" + "---|" * (3 + len(budgets))]
     for cell, label, curve in rows:
         pairs = next(iter(curve.values()))["pairs"] if curve else 0
-        values = [f"{_pct(curve[str(k)]['difference'])} [{_pct(curve[str(k)]['low'])}, "
-                  f"{_pct(curve[str(k)]['high'])}]" if str(k) in curve else "–"
+        values = [f"{percent(curve[str(k)]['difference'])} [{percent(curve[str(k)]['low'])}, "
+                  f"{percent(curve[str(k)]['high'])}]" if str(k) in curve else "–"
                   for k in budgets]
         lines.append(f"| {cell} | {label} | {pairs} | " + " | ".join(values) + " |")
     return lines + [""]
@@ -145,8 +147,8 @@ def _channel_table(table: dict[str, Any], channels: tuple[str, ...]) -> list[str
              "|" + "---|" * (4 + len(channels))]
     for cell, arms in sorted(table.items()):
         for arm, rates in sorted(arms.items()):
-            values = [f"{_pct(rates['per_call'][c])} ({rates['counts'][c]}; "
-                      f"{_pct(rates['per_episode'][c])} ep)" for c in channels]
+            values = [f"{percent(rates['per_call'][c])} ({rates['counts'][c]}; "
+                      f"{percent(rates['per_episode'][c])} ep)" for c in channels]
             lines.append(f"| {cell} | {arm} | {rates['calls']} | {rates['mean_agent_turns']} | "
                          + " | ".join(values) + " |")
     return lines
@@ -172,8 +174,8 @@ def _verdicts(summary: dict[str, Any]) -> list[str]:
         arms = summary["success_at_k"][cell]
         parts = []
         for arm in _arms(arms):
-            parts.append(f"with repair {arm}, success is {_pct(arms[arm][str(top)]['rate'])} "
-                         f"at K={top} and {_pct(arms[arm][str(low)]['rate'])} at K={low}")
+            parts.append(f"with repair {arm}, success is {percent(arms[arm][str(top)]['rate'])} "
+                         f"at K={top} and {percent(arms[arm][str(low)]['rate'])} at K={low}")
         text = f"**{cell}.** " + "; ".join(parts) + "."
         if cell in summary["damaged"]:
             significant = [t for t in summary["damage_tests"]
@@ -194,8 +196,8 @@ def _verdicts(summary: dict[str, Any]) -> list[str]:
             effect = curve.get(str(low))
             if effect:
                 text += (f" {label}: success at K={low} changed by "
-                         f"{_pct(effect['difference'])} [{_pct(effect['low'])}, "
-                         f"{_pct(effect['high'])}] over {effect['pairs']} paired episodes.")
+                         f"{percent(effect['difference'])} [{percent(effect['low'])}, "
+                         f"{percent(effect['high'])}] over {effect['pairs']} paired episodes.")
         for arm in ("on", "on+budget"):
             repairs = summary["repairs"][cell].get(arm)
             if repairs and repairs["attempted"]:
@@ -263,7 +265,7 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     for cell, names in sorted(summary["hallucinated_names"].items()):
         lines.append(f"| {cell} | {names['names']} | {names['spearman']} | "
                      f"{names['lower_hallucinations']} | {names['lower_new']} | "
-                     f"{_pct(names['share_new'])} |")
+                     f"{percent(names['share_new'])} |")
     lines += ["", "## Recovery and repairs", "",
               "| cell | repair | recovered within 2 turns | repairs attempted | succeeded | "
               "extra upstream calls |", "|---|---|---|---|---|---|"]
