@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -35,6 +36,7 @@ from reflexguard.dialects.native import (
     echoing_builders,
     native_reply,
 )
+from reflexguard.dialects.native_clean import CLEAN_CALLS
 from reflexguard.http.call import GuardedCall, exhausted_message
 from reflexguard.http.context import GuardContext
 from reflexguard.http.margins import RequestMargins
@@ -45,6 +47,7 @@ from reflexguard.http.upstream import (
     UpstreamHTTPError,
     parse_completion,
 )
+from reflexguard.ops import tracing
 
 SESSION_HEADERS = ("x-reflexguard-session", "x-claude-code-session-id", "session-id")
 
@@ -91,6 +94,15 @@ def dialect_upstream_error(dialect: Dialect, exc: UpstreamFailure, native: bool)
                          code="upstream_error")
 
 
+@dataclass(frozen=True)
+class CleanFirst:
+    """A native first answer whose calls are all ok (dialects/native_clean.py): read no
+    further, answered as the ladder would settle it (GuardedCall.clean)."""
+
+    names: tuple[str, ...]
+    seconds: float
+
+
 class DialectCall(GuardedCall):
     """GuardedCall over a dialect: native re-asks, or the chat view when translated."""
 
@@ -130,8 +142,19 @@ class DialectCall(GuardedCall):
         self.reasoning = self.dialect_spec.reasoning_of(reply)
         return self.dialect_spec.completion_of(reply)
 
-    async def first(self) -> tuple[bytes, Attempt]:
-        """The first upstream answer, non-streamed, and its reading."""
+    def clean_names(self, reply: dict[str, Any]) -> tuple[str, ...] | None:
+        """The names of a native reply's calls when all are ok, under the conditions chat's
+        shortcut has (GuardedCall.respond); None: read it in full. With OpenTelemetry on,
+        the attempt's span is written from the chat view, which the shortcut never builds:
+        read in full, so a trace reads the same either way (docs/decisions.md)."""
+        shortcut = CLEAN_CALLS.get(self.dialect)
+        if shortcut is None or self.margins.enabled or tracing.hooks.enabled:
+            return None
+        return shortcut(reply, self.rules)
+
+    async def first(self) -> tuple[bytes, Attempt | CleanFirst]:
+        """The first upstream answer, non-streamed, and its reading (or, for a native one
+        whose calls are all ok, their names)."""
         began = time.perf_counter()
         depth = self.guard.settings.max_json_depth
         if self.native:
@@ -139,6 +162,9 @@ class DialectCall(GuardedCall):
                                                          self.headers)
             self.first_bytes = answer.body  # for an answer too deep to read: sent as it came
             reply = parse_completion(answer.body, depth)
+            names = self.clean_names(reply)
+            if names is not None:
+                return answer.body, CleanFirst(names, time.perf_counter() - began)
             self.reasoning = self.dialect_spec.reasoning_of(reply)
             completion = self.dialect_spec.completion_of(reply)
         else:
@@ -172,6 +198,8 @@ class DialectCall(GuardedCall):
             return dialect_error(self.dialect_spec, 502, "upstream answer nests too deeply")
         except UpstreamFailure as exc:
             return dialect_upstream_error(self.dialect_spec, exc, self.native)
+        if isinstance(first, CleanFirst):  # nothing to repair: the upstream's bytes as they came
+            return self.clean(body, first.names, first.seconds)
         result = await self.ladder(first)
         headers = self.finish(result)
         message = exhausted_message(result, self.policy.on_exhausted)

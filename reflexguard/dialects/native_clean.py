@@ -1,0 +1,119 @@
+"""The clean-answer shortcut for native Messages and Responses replies. Nothing here does I/O.
+
+validate.clean_tool_calls' twin for the two native dialects: it reads a Messages reply's
+tool_use blocks or a Responses reply's function_call items straight from the native JSON,
+without translating the reply to the chat view (completion_of), reading it into replies
+and verdicts, or writing it back. It says "clean" (the names of the calls) only where
+completion_of + read_attempt + validate_reply would find every call ok with no note;
+None means only "read it in full", never "invalid". It applies under exactly the rules
+chat's shortcut applies under (no grounding, tool_choice not "none", one call when
+parallel calls are off, the named tool when one is named), and declines whatever it does
+not know to be harmless: a block or item type other than text, thinking and calls (server
+tool use, web search calls, ...), arguments not in their usual form, content not a list.
+tests/core/test_clean_calls_native.py holds it to the full reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+
+from reflexguard.core.model import JsonObject
+from reflexguard.core.toolset import ToolSpec
+from reflexguard.core.validate import CallRules
+
+# A native reply -> the names of its calls when all are clean, else None.
+CleanCalls = Callable[[JsonObject, CallRules], tuple[str, ...] | None]
+
+# Block and item types the full reading skips without effect on the verdict (text is read
+# only when there is no call, and these replies have one), and which change nothing the
+# agent gets when passed on as they came.
+MESSAGES_PASSIVE = frozenset({"text", "thinking", "redacted_thinking"})
+RESPONSES_PASSIVE = frozenset({"message", "reasoning"})
+
+
+def _applies(rules: CallRules) -> bool:
+    """The rules under which chat's shortcut may answer at all (validate.clean_tool_calls):
+    grounding reads every value against the conversation, and tool_choice "none" makes any
+    call a violation, so both are left to the full reading."""
+    return rules.grounding is None and rules.tool_choice.mode != "none"
+
+
+def _clean_spec(name: object, rules: CallRules) -> ToolSpec | None:
+    """The offered tool `name` calls, when the request's tool_choice allows calling it."""
+    spec = rules.toolset.specs.get(name) if isinstance(name, str) else None
+    if spec is None:
+        return None
+    if rules.tool_choice.mode == "named" and spec.name != rules.tool_choice.name:
+        return None
+    return spec
+
+
+def _settled(names: list[str], rules: CallRules) -> tuple[str, ...] | None:
+    if not names or (len(names) > 1 and not rules.parallel_tool_calls):
+        return None
+    return tuple(names)
+
+
+def clean_messages_calls(message: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
+    """A Messages reply whose tool_use blocks are all clean: their names, else None."""
+    if not _applies(rules):
+        return None
+    content = message.get("content")
+    if not isinstance(content, list):
+        return None
+    names: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            return None
+        kind = block.get("type")
+        if kind == "tool_use":
+            spec = _clean_spec(block.get("name"), rules)
+            arguments = block.get("input")
+            # `input` is the parsed object the full reading writes back to JSON and reads
+            # again (messages.completion_of): parse_completion read it with orjson, so the
+            # round trip gives the same object, and the same verdict.
+            if spec is None or not isinstance(arguments, dict) or not spec.accepts(arguments):
+                return None
+            names.append(spec.name)
+        elif kind not in MESSAGES_PASSIVE:
+            return None
+    return _settled(names, rules)
+
+
+def clean_responses_calls(response: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
+    """A Responses reply whose function_call items are all clean: their names, else None."""
+    if not _applies(rules):
+        return None
+    output = response.get("output")
+    if not isinstance(output, list):
+        return None
+    names: list[str] = []
+    for item in output:
+        if not isinstance(item, dict):
+            return None
+        kind = item.get("type")
+        if kind == "function_call":
+            spec = _clean_spec(item.get("name"), rules)
+            arguments = item.get("arguments")
+            if spec is None or not isinstance(arguments, str):
+                return None
+            try:
+                parsed = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(parsed, dict) or not spec.accepts(parsed):
+                return None
+            names.append(spec.name)
+        elif kind not in RESPONSES_PASSIVE:
+            return None
+        elif kind == "message" and not isinstance(item.get("content") or [], list):
+            return None  # the full reading iterates it: left to it, whatever it does
+    return _settled(names, rules)
+
+
+CLEAN_CALLS: dict[str, CleanCalls] = {
+    "messages": clean_messages_calls,
+    "responses": clean_responses_calls,
+}
