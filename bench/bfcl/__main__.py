@@ -50,6 +50,10 @@ def parser() -> OneLineParser:
     p.add_argument("--generation-cap", type=int, default=GENERATION_CAP, metavar="TOKENS",
                    help="max_tokens the model server applies to a request without one "
                         f"(BFCL sends none; default {GENERATION_CAP})")
+    p.add_argument("--share-first-answers", action="store_true",
+                   help="answer the on arm's first attempt from the off arm's identical "
+                        "request, where the stored records show 50+ independent cases "
+                        "answered identically (greedy decoding); else both arms run")
     return p
 
 
@@ -89,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
                          multi_turn_limit=args.multi_turn_limit,
                          seed=args.seed, resume=args.resume, model_threads=args.model_threads,
                          generation_cap=args.generation_cap,
-                         parallel_cells=args.parallel_cells)
+                         parallel_cells=args.parallel_cells,
+                         share_first_answers=args.share_first_answers)
     sigterm_as_interrupt()  # `kill <pid>` stops BFCL and the llama.cpp children too
     started = time.monotonic()
     try:

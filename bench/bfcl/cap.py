@@ -15,7 +15,8 @@ back as history on every multi-turn step; llama-cpp-python's server refuses it w
 (`Input should be a valid string`; vLLM accepts it), which would make every multi-turn
 case an inference error at its second request. That is a defect of this model server,
 not of the model or the guard, so it is repaired here, below reflexguard, in both arms.
-Hosted in a thread like ProxyHost.
+Hosted in a thread like ProxyHost. With an `AnswerBook` it also serves a request it has
+answered before from the book (bench/bfcl/shared_answers.py says when that is allowed).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from bench.bfcl.shared_answers import Answer, AnswerBook
 from reflexguard.ops.loopback import free_port
 
 LENGTH_FIELDS = ("max_tokens", "max_completion_tokens")
@@ -53,6 +55,15 @@ def capped(body: bytes, limit: int) -> bytes:
     return body if changed == parsed else orjson.dumps(changed)
 
 
+def _streamed(body: bytes) -> bool:
+    """A streamed answer is relayed as it comes, never kept (BFCL's handler does not stream)."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return True
+    return not isinstance(parsed, dict) or bool(parsed.get("stream"))
+
+
 def _null_assistant(message: object) -> bool:
     return (isinstance(message, dict) and message.get("role") == "assistant"
             and "content" in message and message["content"] is None)
@@ -61,9 +72,10 @@ def _null_assistant(message: object) -> bool:
 class CapHost:
     """`with CapHost(target, limit) as url:` serves the capped pass-through on loopback."""
 
-    def __init__(self, target: str, limit: int) -> None:
+    def __init__(self, target: str, limit: int, book: AnswerBook | None = None) -> None:
         self.target = target.rstrip("/")
         self.limit = limit
+        self.book = book
         self.port = free_port()
         self.capped_requests = 0
         self._ready = threading.Event()
@@ -94,18 +106,29 @@ class CapHost:
                     body = sent
                 headers = {k: v for k, v in request.headers.items()
                            if k.lower() in ("content-type", "authorization")}
-                try:
-                    async with session.request(request.method, f"{self.target}/{tail}",
-                                               data=body or None, headers=headers) as answer:
-                        payload = await answer.read()
-                        return web.Response(status=answer.status, body=payload,
-                                            content_type=answer.content_type)
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    # The model server stopped (the bench is shutting down) or hung:
-                    # reflexguard reports an upstream failure, as for any server.
-                    return web.json_response({"error": {
-                        "message": f"model server: {type(exc).__name__}",
-                        "type": "upstream_error"}}, status=502)
+
+                async def ask() -> Answer:
+                    try:
+                        async with session.request(request.method, f"{self.target}/{tail}",
+                                                   data=body or None,
+                                                   headers=headers) as answer:
+                            return Answer(answer.status, answer.content_type,
+                                          await answer.read())
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        # The model server stopped (the bench is shutting down) or hung:
+                        # reflexguard reports an upstream failure, as for any server.
+                        return Answer(502, "application/json", orjson.dumps({"error": {
+                            "message": f"model server: {type(exc).__name__}",
+                            "type": "upstream_error"}}))
+
+                book = self.book
+                if (book is not None and request.method == "POST"
+                        and tail == "chat/completions" and not _streamed(body)):
+                    got = await book.answer(body, ask)
+                else:
+                    got = await ask()
+                return web.Response(status=got.status, body=got.body,
+                                    content_type=got.content_type)
 
             app = web.Application(client_max_size=64 * 1024 * 1024)
             app.router.add_route("*", "/v1/{tail:.*}", forward)

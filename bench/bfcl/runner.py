@@ -23,6 +23,7 @@ from bench.bfcl import harness
 from bench.bfcl.cap import CapHost
 from bench.bfcl.categories import DEFAULT_SEED, sample
 from bench.bfcl.collect import case_records, read_events
+from bench.bfcl.shared_answers import AnswerBook, sharing_allowed
 from bench.bfcl.store import CaseStore
 from bench.stats.bfcl_records import BfclArm, CaseRecord
 from bench.tau2.cells import CellsConfig, ModelEntry, Precision
@@ -55,6 +56,9 @@ class RunOptions:
     # Each precision's model server and arms in a thread of their own: on a shared busy
     # machine two single-threaded servers get twice the CPU share of one.
     parallel_cells: bool = False
+    # Both arms share the first attempt (a cell's identical requests answered once), where
+    # the stored records show it safe (bench/bfcl/shared_answers.py); else both are run.
+    share_first_answers: bool = False
     root: Path = Path(__file__).resolve().parents[2]  # the checkout: .venv-bfcl lives here
 
 
@@ -89,23 +93,40 @@ def events_path(out: Path, entry: ModelEntry, precision: Precision, arm: BfclArm
 
 
 @contextlib.contextmanager
-def upstream_for(precision: Precision, threads: int | None, cap: int) -> Iterator[
-        tuple[str, str, str | None]]:
+def upstream_for(precision: Precision, threads: int | None, cap: int,
+                 book: AnswerBook | None = None) -> Iterator[tuple[str, str, str | None]]:
     """(base URL, model id, api key) of a precision's model server, behind the cap.
 
     The embedded model is served as `bench.compare` serves it; an endpoint (vLLM, a test's
     fake) is used as it is, under the same generation cap.
     """
     if precision.endpoint is not None:
-        with CapHost(precision.endpoint.base_url, cap) as url:
+        with CapHost(precision.endpoint.base_url, cap, book) as url:
             yield url, precision.endpoint.model, precision.endpoint.api_key
         return
     from reflexguard.embedded.child import model_server
 
     assert precision.embedded is not None
     with model_server(precision.embedded, n_ctx=precision.n_ctx, threads=threads) as server, \
-            CapHost(server.base_url, cap) as url:
+            CapHost(server.base_url, cap, book) as url:
         yield url, f"embedded-{precision.embedded}", None
+
+
+def answer_book(options: RunOptions, existing: list[CaseRecord],
+                cell: str) -> AnswerBook | None:
+    """The cell's book when sharing is asked and the stored records allow it; a refusal is
+    a WARNING, and both arms then ask the model."""
+    if not options.share_first_answers:
+        return None
+    verdict = sharing_allowed(existing, cell)
+    if not verdict.allowed:
+        LOG.warning("bench.bfcl: %s: first answers not shared, both arms ask the model: %s",
+                    cell, verdict.describe())
+        return None
+    LOG.warning("bench.bfcl: %s: the arms share first answers: %s", cell, verdict.describe())
+    path = options.out / "answers" / f"{_slug(cell)}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return AnswerBook(path)
 
 
 def proxy_settings(config: CellsConfig, precision: Precision, arm: BfclArm, base_url: str,
@@ -140,8 +161,10 @@ class Progress:
 
 def _arm(config: CellsConfig, entry: ModelEntry, precision: Precision, arm: BfclArm,
          options: RunOptions, ids: dict[str, list[str]], upstream: tuple[str, str, str | None],
-         store: CaseStore, progress: Progress, simulated: bool, stop: threading.Event) -> None:
+         store: CaseStore, progress: Progress, simulated: bool, stop: threading.Event,
+         book: AnswerBook | None = None) -> None:
     base_url, model_id, api_key = upstream
+    hits_before = book.hits if book is not None else 0
     key = f"{_cell(entry, precision)} {arm}"
     project = project_root(options.out, entry, precision, arm)
     events = events_path(options.out, entry, precision, arm)
@@ -167,6 +190,11 @@ def _arm(config: CellsConfig, entry: ModelEntry, precision: Precision, arm: Bfcl
     records = case_records(entry.name, entry.family, precision, arm, ids,
                            harness.read_results(project), harness.read_scores(project),
                            by_case, simulated)
+    if book is not None:
+        LOG.warning("bench.bfcl: %s: %d answer(s) from the book so far, %d asked the model",
+                    key, book.hits, book.misses)
+    if book is not None and book.hits > hits_before:
+        records = [r.model_copy(update={"first_answers_shared": True}) for r in records]
     store.extend(records)
     progress.set(key, sum(len(w) for w in ids.values()))
 
@@ -207,13 +235,14 @@ def run(config: CellsConfig, options: RunOptions, simulated: bool = False) -> li
                 progress.set(f"{_cell(entry, precision)} {arm}", per_arm)
         if not wanted:
             return
+        book = answer_book(options, existing, _cell(entry, precision))
         with upstream_for(precision, options.model_threads,
-                          options.generation_cap) as upstream:
+                          options.generation_cap, book) as upstream:
             for arm in wanted:
                 if stop.is_set():
                     return
                 _arm(config, entry, precision, arm, options, ids, upstream, store, progress,
-                     simulated, stop)
+                     simulated, stop, book)
 
     if not options.parallel_cells:
         for entry, precision in cells:

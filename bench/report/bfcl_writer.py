@@ -212,7 +212,15 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     agreement = "; ".join(f"{_short(c)} {_ci(r)}" for c, r in summary["agreement"].items())
     lines += ["## Determinism floor", "",
               "Cases where repair changed nothing (every request clean or observed, no extra "
-              f"call) whose saved answers are identical in both arms: {agreement or '–'}.", ""]
+              f"call) whose saved answers are identical in both arms: {agreement or '–'}. "
+              "Only arms that both asked the model count.", ""]
+    shared = {c: n for c, n in summary.get("shared_first_answers", {}).items() if n}
+    if shared:
+        lines += ["On-arm cases whose first attempt was shared with the off arm (run with "
+                  "`--share-first-answers`: the same request, byte for byte, answered once; "
+                  "allowed only after 50+ independent cases agreed, as above): "
+                  + "; ".join(f"{_short(c)} {n}" for c, n in shared.items())
+                  + ". Their seconds are left out of the cost.", ""]
     lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)
 

@@ -220,8 +220,10 @@ def token_cost(off: Sequence[CaseRecord], on: Sequence[CaseRecord],
         "upstream_calls": bootstrap_mean([float(t.requests + t.extra_upstream_calls
                                                 - b.requests - b.extra_upstream_calls)
                                           for b, t in shared], seed=seed),
-        "latency_s": bootstrap_mean([t.latency_s - b.latency_s for b, t in shared],
-                                    seed=seed),
+        # Only where both arms asked the model: a shared first answer takes no model time.
+        "latency_s": bootstrap_mean([t.latency_s - b.latency_s for b, t in shared
+                                     if not (t.first_answers_shared
+                                             or b.first_answers_shared)], seed=seed),
     }
 
 
@@ -229,9 +231,11 @@ def untouched_agreement(off: Sequence[CaseRecord], on: Sequence[CaseRecord]) -> 
     """Among cases where repair changed nothing (every on-arm request clean or observed,
     no extra call), the share whose saved answers are identical in both arms: a floor on
     how deterministic the first answers are (greedy decoding, one server per cell)."""
-    base = {r.case_id: r for r in off}
+    base = {r.case_id: r for r in off if not r.first_answers_shared}
     same = n = 0
     for record in on:
+        if record.first_answers_shared:
+            continue  # answered from the off arm's request: agreement by construction
         if record.case_id not in base or record.extra_upstream_calls or (
                 set(record.outcomes) - UNTOUCHED):
             continue

@@ -38,6 +38,10 @@ class CaseRecord(BaseModel):
     outcomes: dict[str, int] = Field(default_factory=dict)
     extra_upstream_calls: int = 0  # re-asks and constrained retries
     simulated: bool = False  # produced behind a scripted fake upstream, not a model
+    # The arm ran with the cell's first answers shared (bench/bfcl/shared_answers.py): its
+    # first attempts were answered from the other arm's identical requests, so its latency
+    # is not the model's, and it is no evidence of determinism.
+    first_answers_shared: bool = False
 
     @property
     def precision_key(self) -> str:

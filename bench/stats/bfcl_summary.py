@@ -88,6 +88,8 @@ def summarise(records: Sequence[CaseRecord]) -> dict[str, Any]:
         for c in cells if IRRELEVANCE in summary["repair"].get(c, {})}
     summary["cost"] = {c: _cost(_by_cell(records, c, "off"), _by_cell(records, c, "on"))
                        for c in cells if _by_cell(records, c, "on")}
+    summary["shared_first_answers"] = {
+        c: sum(r.first_answers_shared for r in _by_cell(records, c, "on")) for c in cells}
     summary["agreement"] = {c: _rate(bfcl.untouched_agreement(_by_cell(records, c, "off"),
                                                               _by_cell(records, c, "on")))
                             for c in cells if _by_cell(records, c, "off")
