@@ -194,7 +194,8 @@ def main() -> None:
 
         picked = [args.dialect] if "--dialect" in sys.argv else ["chat", "messages",
                                                                      "responses"]
-        measure(args.requests, args.rounds, args.concurrency, picked, args.gap_ms)
+        measure(args.requests, args.rounds, args.concurrency, picked, args.gap_ms,
+                args.against)
         return
     if args.inprocess or args.litellm:
         from bench.perf.doors import measure_doors

@@ -7,8 +7,9 @@ driven in alternating rounds at each concurrency, per dialect and scene:
   released at once; `code`: a fenced block, which reflexguard holds);
 - hold: from the upstream's last byte (its own CLOCK_MONOTONIC stamp) to the client's last
   byte (`call`: a ~2 KB valid tool call, which reflexguard holds until it is whole).
-Printed as p50/p99, added over direct, and reflexguard's added as a ratio to the minimal's.
-Never asserted: only ratios of the same run mean anything on a shared machine.
+Printed as p50/p99, added over direct, and reflexguard's added as a ratio to the minimal's;
+with `--against DIR`, also a copy of reflexguard imported from DIR (`rg@copy`: before/after
+in one run). Never asserted: only ratios of the same run mean anything on a shared machine.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -30,6 +32,7 @@ from bench.perf.stream_upstream import ROUTES, SCENES
 from reflexguard.ops.loopback import free_port
 
 PLACEHOLDER = b"rgbench-0"
+COPY = "rg@copy"  # reflexguard imported from --against
 GOAL_MS = 1.0  # issue 23: first text byte and a 2 KB call's hold, each <= 1 ms added at p50
 
 
@@ -117,7 +120,7 @@ async def drive(url: str, stamps_url: str, dialect: str, scene: str, concurrency
 
 
 def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects: list[str],
-            gap_ms: float) -> None:
+            gap_ms: float, against: Path | None = None) -> None:
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}"
     print(f"reflexguard streaming benchmark: {args_requests} streams per point, {rounds} rounds, "
@@ -131,10 +134,15 @@ def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects:
                                      str(upstream_port), "--gap-ms", str(gap_ms)],
                                     upstream_port))
         bases = {"direct": upstream}
-        for name, argv in (("minimal", ["-m", "bench.perf.minimal_proxy", "--upstream"]),
-                           ("reflexguard", ["-m", "reflexguard", "serve", "--upstream"])):
+        guard = ["-m", "reflexguard", "serve", "--upstream"]
+        # PYTHONSAFEPATH: without it `-m` puts this tree first on the path (as overhead.py)
+        copy = {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(against)} if against else None
+        for name, argv, env in (
+                ("minimal", ["-m", "bench.perf.minimal_proxy", "--upstream"], None),
+                ("reflexguard", guard, None), *([(COPY, guard, copy)] if copy else [])):
             port = free_port()
-            stack.enter_context(process([*argv, f"{upstream}/v1", "--port", str(port)], port))
+            stack.enter_context(process([*argv, f"{upstream}/v1", "--port", str(port)], port,
+                                        env))
             bases[name] = f"http://127.0.0.1:{port}"
         results: dict[tuple[str, str, str, int], Samples] = {}
         serial = [0]
@@ -151,36 +159,43 @@ def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects:
                             have.first_text_ms += got.first_text_ms
                             have.hold_ms += got.hold_ms
                             have.errors += got.errors
-    report(results, dialects, concurrencies)
+    report(results, dialects, concurrencies, COPY in bases)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def report(results: dict[tuple[str, str, str, int], Samples], dialects: list[str],
-           concurrencies: list[int]) -> None:
+           concurrencies: list[int], with_copy: bool = False) -> None:
     print(f"\nms; added = p50 (or p99) minus direct's; ratio = reflexguard's added / the "
           f"minimal's; goal: reflexguard's added p50 <= {GOAL_MS} ms for text's first byte "
-          "and call's hold")
+          "and call's hold" + (f"; old = {COPY} (--against)" if with_copy else ""))
     print(f"{'dialect':<10} {'scene':<5} {'what':<10} {'c':>3} {'direct p50':>10} "
           f"{'min +p50':>8} {'rg +p50':>8} {'ratio':>6} {'min +p99':>8} {'rg +p99':>8} "
-          f"{'errors':>6} {'goal':>5}")
+          f"{'errors':>6} {'goal':>5}" + (f" {'old +p50':>8} {'old +p99':>8}"
+                                          if with_copy else ""))
     rows = []
     for dialect in dialects:
         for scene in SCENES:
             whats = ["first_text", "hold"] if scene != "call" else ["hold"]
             for what in whats:
                 for c in concurrencies:
+                    targets = ("direct", "minimal", "reflexguard", *([COPY] if with_copy else []))
                     got = {t: getattr(results[t, dialect, scene, c], f"{what}_ms")
-                           for t in ("direct", "minimal", "reflexguard")}
+                           for t in targets}
                     errors = sum(results[t, dialect, scene, c].errors for t in got)
                     row = added_row(got["direct"], got["minimal"], got["reflexguard"])
                     goal = ("" if (what, scene) not in (("first_text", "text"), ("hold", "call"))
                             else "met" if row.guard_p50 <= GOAL_MS else "MISS")
+                    old = added_row(got["direct"], got["minimal"], got[COPY]) \
+                        if with_copy else None
                     print(f"{dialect:<10} {scene:<5} {what:<10} {c:>3} {row.direct_p50:>10.2f} "
                           f"{row.minimal_p50:>8.2f} {row.guard_p50:>8.2f} {row.ratio:>6.2f} "
                           f"{row.minimal_p99:>8.2f} {row.guard_p99:>8.2f} {errors:>6} "
-                          f"{goal:>5}", flush=True)
+                          f"{goal:>5}" + (f" {old.guard_p50:>8.2f} {old.guard_p99:>8.2f}"
+                                          if old else ""), flush=True)
                     rows.append({"dialect": dialect, "scene": scene, "what": what, "c": c,
-                                 "errors": errors, **row.__dict__})
+                                 "errors": errors, **row.__dict__,
+                                 **({"copy_p50": old.guard_p50, "copy_p99": old.guard_p99}
+                                    if old else {})})
     if os.environ.get("BENCH_STREAM_JSON"):
         with open(os.environ["BENCH_STREAM_JSON"], "w") as out:
             json.dump(rows, out, indent=1)

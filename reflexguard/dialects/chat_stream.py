@@ -114,18 +114,28 @@ class StreamAssembler:
         return True
 
     def _feed_calls(self, deltas: list[Any]) -> None:
+        # Run once per argument delta, the most frequent event of a held call: each field
+        # read once, and a call's record made only when its index is new (issue 23).
         for delta in deltas:
             if not isinstance(delta, dict):
                 continue
             index = delta.get("index", 0)
-            partial = self.calls.setdefault(index if isinstance(index, int) else 0, _PartialCall())
-            if isinstance(delta.get("id"), str):
-                partial.id = delta["id"]
-            function = as_object(delta.get("function"))
-            if isinstance(function.get("name"), str):
-                partial.name += function["name"]
-            if isinstance(function.get("arguments"), str):
-                partial.arguments.append(function["arguments"])
+            if not isinstance(index, int):
+                index = 0
+            partial = self.calls.get(index)
+            if partial is None:
+                partial = self.calls[index] = _PartialCall()
+            call_id = delta.get("id")
+            if isinstance(call_id, str):
+                partial.id = call_id
+            function = delta.get("function")
+            if not isinstance(function, dict):
+                continue
+            name, arguments = function.get("name"), function.get("arguments")
+            if isinstance(name, str):
+                partial.name += name
+            if isinstance(arguments, str):
+                partial.arguments.append(arguments)
 
     @property
     def held_text(self) -> str:

@@ -79,6 +79,18 @@ class MessagesEvents:
 
     def chunks(self, data: JsonObject) -> list[JsonObject]:
         kind = data.get("type")
+        if kind == "content_block_delta" and not self.thinking:
+            # Most events: a text or argument delta at a well-formed index, outside any
+            # thinking block; read here in one step, as the full reading below reads it.
+            index, delta = data.get("index"), data.get("delta")
+            if type(index) is int and isinstance(delta, dict):
+                part = delta.get("type")
+                if part == "input_json_delta":
+                    return [self._chunk({"tool_calls": [{
+                        "index": self.calls.get(index, 0),
+                        "function": {"arguments": delta.get("partial_json", "")}}]})]
+                if part == "text_delta":
+                    return [self._chunk({"content": delta.get("text", "")})]
         if kind == "message_start":
             self.skeleton = as_object(data.get("message"))
             return [self._chunk({"role": "assistant"})]
@@ -170,6 +182,7 @@ class _Thinking:
         return block
 
 
+_DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
 _ITEM_EVENTS = ("response.output_item.added", "response.output_text.delta",
                 "response.function_call_arguments.delta")
 
@@ -199,6 +212,16 @@ class ResponsesEvents:
 
     def chunks(self, data: JsonObject) -> list[JsonObject]:
         kind = data.get("type")
+        if kind in _DELTAS:
+            # Most events: a text or argument delta of an item that is no reasoning item,
+            # at a well-formed index; read here in one step, as the full reading below.
+            where = data.get("output_index")
+            if type(where) is int and where not in self.passing:
+                if kind == "response.function_call_arguments.delta":
+                    return [self._chunk({"tool_calls": [{
+                        "index": self.calls.get(where, 0),
+                        "function": {"arguments": data.get("delta", "")}}]})]
+                return [self._chunk({"content": data.get("delta", "")})]
         if kind == "response.created":
             self.skeleton = as_object(data.get("response"))
             return [self._chunk({"role": "assistant"})]

@@ -106,26 +106,14 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
     """Feed the upstream stream to the assembler, writing released text; why it broke."""
     reader = SseObjects(call.guard, call.request_id)
     try:
-        async for _, data in reader.read(upstream.content):
-            if "error" in data or data.get("type") in ("error", "response.failed"):
-                return f"upstream error mid-stream: {str(data.get('error'))[:200]}"
-            for chunk in events.chunks(data):
-                call.margins.collect(chunk)  # translated chat chunks only (native: off)
-                forward = assembler.feed(chunk)
-                if not writer:
-                    writer.append(_writer(call, _skeleton(call, events)))
-                text = _delta_of(chunk)
-                if forward and isinstance(text.get("content"), str) and text["content"]:
-                    await out.write(b"".join(writer[0].text(text["content"])))
-                if assembler.pending_flush is not None:
-                    await out.write(b"".join(writer[0].text(assembler.pending_flush)))
-                    assembler.pending_flush = None
-            if events.forward:  # thinking / reasoning: written as it comes, never held
-                if not writer:
-                    writer.append(_writer(call, _skeleton(call, events)))
-                for forwarded in events.forward:
-                    await out.write(b"".join(writer[0].forward(forwarded)))
-                events.forward.clear()
+        async for batch in reader.batches(upstream.content):
+            # What one network read released goes out in one write (as for chat).
+            released: list[bytes] = []
+            broken = _released(call, batch, events, assembler, writer, released)
+            if released:
+                await out.write(b"".join(released))
+            if broken is not None:
+                return broken
     except StreamBroken as exc:
         return str(exc)
     except STREAM_FAULTS as exc:
@@ -133,6 +121,34 @@ async def _read(call: DialectCall, upstream: aiohttp.ClientResponse, events: Eve
     # A native stream ends with its own closing event, a chat one with `[DONE]`.
     if not (events.done or reader.done) and assembler.finish_reason is None:
         return "upstream stream ended before the reply finished"
+    return None
+
+
+def _released(call: DialectCall, batch: list[tuple[bytes, dict[str, Any]]],
+              events: Events | _ChatEvents, assembler: StreamAssembler, writer: list[Writer],
+              released: list[bytes]) -> str | None:
+    """Feed one network read's events to the assembler, appending to `released` the
+    bytes they let through now; the upstream's error, if one came."""
+    for _, data in batch:
+        if "error" in data or data.get("type") in ("error", "response.failed"):
+            return f"upstream error mid-stream: {str(data.get('error'))[:200]}"
+        for chunk in events.chunks(data):
+            call.margins.collect(chunk)  # translated chat chunks only (native: off)
+            forward = assembler.feed(chunk)
+            if not writer:
+                writer.append(_writer(call, _skeleton(call, events)))
+            text = _delta_of(chunk)
+            if forward and isinstance(text.get("content"), str) and text["content"]:
+                released.extend(writer[0].text(text["content"]))
+            if assembler.pending_flush is not None:
+                released.extend(writer[0].text(assembler.pending_flush))
+                assembler.pending_flush = None
+        if events.forward:  # thinking / reasoning: written as it comes, never held
+            if not writer:
+                writer.append(_writer(call, _skeleton(call, events)))
+            for forwarded in events.forward:
+                released.extend(writer[0].forward(forwarded))
+            events.forward.clear()
     return None
 
 
@@ -147,13 +163,11 @@ async def dialect_stream(call: DialectCall, request: web.Request) -> web.StreamR
             failure = call.deadline_failure()
             if not out.started:
                 return dialect_upstream_error(call.dialect_spec, failure, call.native)
-            await out.write(_error_end(call.dialect, writer, str(failure)))
-            return await out.end()
+            return await out.end(_error_end(call.dialect, writer, str(failure)))
         except UpstreamFailure as exc:
             if not out.started:
                 return dialect_upstream_error(call.dialect_spec, exc, call.native)
-            await out.write(_error_end(call.dialect, writer, str(exc)))
-            return await out.end()
+            return await out.end(_error_end(call.dialect, writer, str(exc)))
         except (ClientGone, asyncio.CancelledError):
             raise
         except Exception:
@@ -165,8 +179,8 @@ async def dialect_stream(call: DialectCall, request: web.Request) -> web.StreamR
             if not out.started:
                 return dialect_error(call.dialect_spec, 500, "internal error in reflexguard; "
                                      "see its log", code="internal")
-            await out.write(_error_end(call.dialect, writer, "internal error in reflexguard"))
-            return await out.end()
+            return await out.end(_error_end(call.dialect, writer,
+                                            "internal error in reflexguard"))
     except ClientGone:
         call.guard.telemetry.client_gone(request_id=call.request_id, session=call.session)
         return out.response
@@ -194,8 +208,7 @@ async def _guarded(call: DialectCall, out: ClientStream,
                                  dialect=call.dialect)
         if not out.started:
             return dialect_error(call.dialect_spec, 502, broken, code="upstream_stream_error")
-        await out.write(_error_end(call.dialect, writer, broken))
-        return await out.end()
+        return await out.end(_error_end(call.dialect, writer, broken))
     completion = call.margins.assembled(assembler.completion())
     template = None if isinstance(events, _ChatEvents) else events.skeleton
     call.reasoning = list(events.reasoning)  # echoed by a re-ask of this reply
@@ -210,8 +223,7 @@ async def _guarded(call: DialectCall, out: ClientStream,
     if not writer:
         writer.append(_writer(call, _skeleton(call, events)))
     if message is not None:
-        await out.write(_error_end(call.dialect, writer, message))
-        return await out.end()
+        return await out.end(_error_end(call.dialect, writer, message))
     final = returned_attempt(result, call.policy.on_exhausted)
     outgoing = agent_completion(result, final)
     native_template = template if final is first else final.completion.get(NATIVE_KEY)
@@ -220,9 +232,9 @@ async def _guarded(call: DialectCall, out: ClientStream,
         text = final.reply.content if final.lifted else assembler.held_text
     else:
         text = as_object(as_object(outgoing["choices"][0]).get("message")).get("content")
-    for chunk in writer[0].finish(reply, text if isinstance(text, str) else None):
-        await out.write(chunk)
-    return await out.end()
+    # The held calls and the end in one write: the agent reads them in one piece.
+    return await out.end(b"".join(writer[0].finish(reply, text if isinstance(text, str)
+                                                   else None)))
 
 
 async def translated_plain_stream(call_guard: GuardContext, request: web.Request,

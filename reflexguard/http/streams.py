@@ -59,30 +59,60 @@ class StreamBroken(Exception):
     """The upstream's stream cannot be read on: its message says why."""
 
 
+class SseLines:
+    """Splits an upstream SSE body into lines (without their `\\n`), each up to `max_line`
+    bytes, in time linear in the body: a network chunk is split once, in C, and a line cut
+    across chunks is gathered in one buffer. Synchronous, so the lines of one chunk cost
+    no await each (the read loop's per-event cost, issue 23)."""
+
+    def __init__(self, max_line: int) -> None:
+        self.max_line = max_line
+        self.pending = bytearray()
+        # Set on a line over max_line: the lines before it are still handed out, as they
+        # were when read one at a time; the caller raises it after them.
+        self.fault: StreamBroken | None = None
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines `chunk` completes; its unfinished tail is kept for the next."""
+        lines = chunk.split(b"\n")
+        tail = lines.pop()  # after the last newline: the start of an unfinished line
+        if lines and self.pending:
+            if len(self.pending) + len(lines[0]) > self.max_line:
+                return self._over([])
+            self.pending += lines[0]
+            lines[0] = bytes(self.pending)
+            self.pending.clear()
+        for at, line in enumerate(lines):
+            if len(line) > self.max_line:
+                return self._over(lines[:at])
+        if tail:
+            if len(self.pending) + len(tail) > self.max_line:
+                return self._over(lines)
+            self.pending += tail
+        return lines
+
+    def _over(self, before: list[bytes]) -> list[bytes]:
+        self.fault = StreamBroken(f"upstream stream line exceeds {self.max_line} bytes")
+        return before
+
+    def rest(self) -> bytes:
+        """What followed the body's last newline (a last line sent without one)."""
+        out = bytes(self.pending)
+        self.pending.clear()
+        return out
+
+
 async def sse_lines(content: aiohttp.StreamReader, max_line: int) -> AsyncIterator[bytes]:
     """The lines of an upstream SSE body (without their `\\n`), each up to `max_line`
-    bytes, in time linear in the body: a line's pieces are gathered once in a buffer, and
-    each piece is searched for its newline only once."""
-    pending = bytearray()
+    bytes, in time linear in the body (SseLines)."""
+    splitter = SseLines(max_line)
     async for chunk in content.iter_any():
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            if pending:
-                pending += memoryview(chunk)[start:end]
-                line = bytes(pending)
-                pending.clear()
-            else:
-                line = chunk[start:end]
-            if len(line) > max_line:
-                raise StreamBroken(f"upstream stream line exceeds {max_line} bytes")
+        for line in splitter.feed(chunk):
             yield line
-            start = end + 1
-        if start < len(chunk):
-            if len(pending) + len(chunk) - start > max_line:
-                raise StreamBroken(f"upstream stream line exceeds {max_line} bytes")
-            pending += memoryview(chunk)[start:]
-    if pending:
-        yield bytes(pending)
+        if splitter.fault is not None:
+            raise splitter.fault
+    if rest := splitter.rest():
+        yield rest
 
 
 def chat_error_end(message: str, code: str = "upstream_stream_error") -> bytes:
@@ -101,12 +131,19 @@ def stream_error_end(path: str, message: str) -> bytes:
 
 
 class ClientStream:
-    """The response to the agent, prepared on the first write."""
+    """The response to the agent, prepared on the first write.
+
+    The headers leave with the first write's bytes, in one send (aiohttp sends a
+    StreamResponse's headers on their own by default: one more syscall, and one more
+    wake-up of the agent, before its first text byte; issue 23)."""
 
     def __init__(self, request: web.Request, status: int = 200,
                  headers: dict[str, str] | None = None) -> None:
         self.request = request
         self.response = web.StreamResponse(status=status, headers=headers or EVENT_STREAM)
+        # aiohttp's own switch (web.Response sets it so): headers buffered until the
+        # first payload write, then written together with it.
+        self.response._send_headers_immediately = False
 
     @property
     def started(self) -> bool:
@@ -121,11 +158,14 @@ class ClientStream:
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one too
             raise ClientGone from None
 
-    async def end(self) -> web.StreamResponse:
+    async def end(self, data: bytes = b"") -> web.StreamResponse:
+        """The stream's last bytes and its end, in one write (with the headers when
+        nothing was written yet): a held call reaches the agent in one piece."""
         try:
             if not self.response.prepared:
-                await self.write(b"")
-            await self.response.write_eof()
+                self.request[STREAM_KEY] = self.response
+                await self.response.prepare(self.request)
+            await self.response.write_eof(data)
         except ConnectionResetError:
             raise ClientGone from None
         return self.response
@@ -183,6 +223,8 @@ class SseObjects:
 
     Lines that are not JSON, or not objects, are counted and skipped; an object nested
     deeper than `max_json_depth` raises StreamBroken (nothing later could re-encode it).
+    `batches` hands them out one network chunk at a time: the objects that arrived
+    together, so the caller can write what they release in one write (issue 23).
     """
 
     def __init__(self, guard: GuardContext, request_id: str) -> None:
@@ -190,28 +232,58 @@ class SseObjects:
         self.request_id = request_id
         self.done = False
 
-    async def read(self, content: aiohttp.StreamReader) -> AsyncIterator[tuple[bytes, JsonObject]]:
-        telemetry = self.guard.telemetry
+    def _objects(self, lines: list[bytes],
+                 out: list[tuple[bytes, JsonObject]]) -> StreamBroken | None:
+        """The objects of `lines` appended to `out`; the fault that stops the stream, if one
+        does (returned, so the objects before it are still handed out first)."""
         depth = self.guard.settings.max_json_depth
-        async for line in sse_lines(content, self.guard.settings.max_body_bytes):
+        for line in lines:
             line = line.strip()
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 self.done = True
-                return
+                return None
             try:
                 value = orjson.loads(payload)
             except orjson.JSONDecodeError:
-                telemetry.fallback("unparseable_stream_chunk", request_id=self.request_id)
+                self.guard.telemetry.fallback("unparseable_stream_chunk",
+                                              request_id=self.request_id)
                 continue
             if not isinstance(value, dict):
-                telemetry.fallback("non_object_stream_chunk", request_id=self.request_id)
+                self.guard.telemetry.fallback("non_object_stream_chunk",
+                                              request_id=self.request_id)
                 continue
             if nesting_could_exceed(payload, depth) and depth_exceeds(value, depth):
-                raise StreamBroken(f"upstream stream chunk nests deeper than {depth} levels")
-            yield payload, value
+                return StreamBroken(f"upstream stream chunk nests deeper than {depth} levels")
+            out.append((payload, value))
+        return None
+
+    async def batches(self, content: aiohttp.StreamReader,
+                      ) -> AsyncIterator[list[tuple[bytes, JsonObject]]]:
+        """(payload, object) lists, one per network chunk that completed any."""
+        splitter = SseLines(self.guard.settings.max_body_bytes)
+        async for chunk in content.iter_any():
+            batch: list[tuple[bytes, JsonObject]] = []
+            fault = self._objects(splitter.feed(chunk), batch) or splitter.fault
+            if batch:
+                yield batch
+            if fault is not None:
+                raise fault
+            if self.done:
+                return
+        batch = []
+        fault = self._objects([splitter.rest()], batch)
+        if batch:
+            yield batch
+        if fault is not None:
+            raise fault
+
+    async def read(self, content: aiohttp.StreamReader) -> AsyncIterator[tuple[bytes, JsonObject]]:
+        async for batch in self.batches(content):
+            for item in batch:
+                yield item
 
 
 async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
@@ -219,17 +291,25 @@ async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
     """Feed the upstream's events to the assembler; the reason if the stream broke."""
     reader = SseObjects(call.guard, call.request_id)
     try:
-        async for payload, chunk in reader.read(upstream.content):
-            if "error" in chunk:
-                message = chunk["error"].get("message") if isinstance(chunk["error"], dict) \
-                    else str(chunk["error"])
-                return f"upstream error mid-stream: {message}"
-            call.margins.collect(chunk)
-            if assembler.feed(chunk):
-                await out.write(sse(call.margins.passed_on(payload, chunk)))
-            if assembler.pending_flush is not None:
-                await out.write(text_chunk(assembler.template, assembler.pending_flush))
-                assembler.pending_flush = None
+        async for batch in reader.batches(upstream.content):
+            # What one network read released goes out in one write: the same bytes, with
+            # no wait for anything that has not arrived.
+            released: list[bytes] = []
+            for payload, chunk in batch:
+                if "error" in chunk:
+                    if released:
+                        await out.write(b"".join(released))
+                    message = chunk["error"].get("message") \
+                        if isinstance(chunk["error"], dict) else str(chunk["error"])
+                    return f"upstream error mid-stream: {message}"
+                call.margins.collect(chunk)
+                if assembler.feed(chunk):
+                    released.append(sse(call.margins.passed_on(payload, chunk)))
+                if assembler.pending_flush is not None:
+                    released.append(text_chunk(assembler.template, assembler.pending_flush))
+                    assembler.pending_flush = None
+            if released:
+                await out.write(b"".join(released))
     except StreamBroken as exc:
         return str(exc)
     except STREAM_FAULTS as exc:
@@ -283,18 +363,14 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
                                  session=call.session)
         if not out.started:
             return json_error(502, broken, code="upstream_stream_error")
-        await out.write(chat_error_end(broken))
-        return await out.end()
+        return await out.end(chat_error_end(broken))
     first = read_attempt(1, "initial", call.margins.assembled(assembler.completion()), call.rules,
                          guard.policy.lift_text_calls, time.perf_counter() - began)
     result = await call.ladder(first)
     call.finish(result)
     failure = call.exhausted_error(result)
     if failure is not None:
-        await out.write(sse(failure) + DONE)
-        return await out.end()
+        return await out.end(sse(failure) + DONE)
     final = returned_attempt(result, call.policy.on_exhausted)
-    for body in closing_chunk_bodies(assembler, result, final):
-        await out.write(sse(orjson.dumps(body)))
-    await out.write(DONE)
-    return await out.end()
+    closing = [sse(orjson.dumps(body)) for body in closing_chunk_bodies(assembler, result, final)]
+    return await out.end(b"".join([*closing, DONE]))
