@@ -7,6 +7,7 @@ and the tools compiled; every other field is forwarded as the client sent it.
 from __future__ import annotations
 
 import re
+import secrets
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -24,6 +25,7 @@ from reflexguard.core.limits import (
 )
 from reflexguard.core.model import JsonObject, ToolChoice
 from reflexguard.core.toolset import (
+    KEY_PREFIX,
     InvalidTools,
     InvalidToolSchema,
     ToolSet,
@@ -53,6 +55,9 @@ class ChatRequest:
     stream: bool
     rules: CallRules | None  # None when the request offers no tools: nothing to guard
     tools_raw: bytes | None = None
+    # Where `tools_raw` lies in the client's bytes, when read by `known_tools`: the span
+    # history.has_calls need not scan.
+    tools_span: tuple[int, int] | None = None
 
     @property
     def guarded(self) -> bool:
@@ -142,8 +147,60 @@ def split_tools(raw: bytes) -> tuple[bytes, bytes] | None:
     return raw[:at] + b"null" + raw[at + len(tools):], tools
 
 
+TOOLS_KEY = b'"tools"'
+JSON_SPACE = b" \t\n\r"
+# What a known tools list is replaced with before the rest is parsed: a string no client
+# can send but by guessing 128 random bits, so finding it as the body's own `tools` value
+# proves the list stood there (not in a message, not under a key orjson reads before a
+# later `tools`), whatever else the body holds.
+_STAND_IN = f"\x00reflexguard-tools-{secrets.token_hex(16)}"
+_STAND_IN_JSON = orjson.dumps(_STAND_IN)
+
+
+def known_tools(raw: bytes, cache: ToolSetCache, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
+                ) -> tuple[JsonObject, bytes, int] | None:
+    """(the body without its tools, parsed and depth-checked, null in their place; the
+    tools list's bytes, a key the cache holds; where they begin in `raw`) when the body's
+    `tools` value is a list the cache has compiled, else None (split_tools then reads
+    it). Cheaper than split_tools, whose scan of the whole body was most of reading an
+    agent's request (issue 23): the list is found after the first `"tools":` by its
+    leading bytes and compared, and only the rest is parsed. Any doubt (a `"tools"`
+    elsewhere first, a list not held, a body that does not parse) is a None, never an
+    error: the full reading gives those."""
+    key = raw.find(TOOLS_KEY)
+    if key < 0:
+        return None
+    at = key + len(TOOLS_KEY)
+    while raw[at:at + 1] in JSON_SPACE and at < len(raw):
+        at += 1
+    if raw[at:at + 1] != b":":
+        return None
+    at += 1
+    while raw[at:at + 1] in JSON_SPACE and at < len(raw):
+        at += 1
+    for tools in cache.known_lists(raw[at:at + KEY_PREFIX]):
+        if raw.startswith(tools, at):
+            break
+    else:
+        return None
+    try:
+        fields = parse_body(raw[:at] + _STAND_IN_JSON + raw[at + len(tools):], max_depth)
+    except BadRequest:
+        return None
+    if fields.get("tools") != _STAND_IN:
+        return None
+    fields["tools"] = None
+    return fields, tools, at
+
+
 def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
                  max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ChatRequest:
+    known = known_tools(raw, cache, max_depth)
+    if known is not None:
+        fields, tools_raw, at = known
+        _check_messages(fields)
+        return _with_tools(fields, tools_raw, cache, grounding, max_depth, raw,
+                           (at, at + len(tools_raw)))
     split = split_tools(raw)
     if split is None:
         body = parse_body(raw, max_depth, tools_checked_later=True)
@@ -152,6 +209,13 @@ def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
     rest, tools_raw = split
     fields = parse_body(rest, max_depth)  # everything but the tools, depth-checked
     _check_messages(fields)
+    return _with_tools(fields, tools_raw, cache, grounding, max_depth, raw)
+
+
+def _with_tools(fields: JsonObject, tools_raw: bytes, cache: ToolSetCache,
+                grounding: GroundingPolicy, max_depth: int, raw: bytes,
+                span: tuple[int, int] | None = None) -> ChatRequest:
+    """The request for a body read without its tools list, found by the list's bytes."""
     try:
         toolset = cache.get_serialised(tools_raw, max_depth - 1)
     except orjson.JSONDecodeError:  # e.g. bad UTF-8 in a string the split did not read
@@ -166,7 +230,7 @@ def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
     if toolset is None:  # an empty list: nothing to guard
         fields["tools"] = []  # our own parse, in the place the client put the list
         return _chat_request(fields, None, grounding)
-    return _chat_request(fields, toolset, grounding, tools_raw)
+    return _chat_request(fields, toolset, grounding, tools_raw, span)
 
 
 def request_of(body: JsonObject, cache: ToolSetCache, grounding: GroundingPolicy,
@@ -194,11 +258,13 @@ def regrounded(chat: ChatRequest, grounding: GroundingPolicy) -> ChatRequest:
     """The same guarded request under another grounding policy (a low error budget turns
     the ungrounded_entity check on); the tool set is the one already compiled."""
     assert chat.rules is not None
-    return _chat_request(chat.fields, chat.rules.toolset, grounding, chat.tools_raw)
+    return _chat_request(chat.fields, chat.rules.toolset, grounding, chat.tools_raw,
+                         chat.tools_span)
 
 
 def _chat_request(fields: JsonObject, toolset: ToolSet | None, grounding: GroundingPolicy,
-                  tools_raw: bytes | None = None) -> ChatRequest:
+                  tools_raw: bytes | None = None,
+                  tools_span: tuple[int, int] | None = None) -> ChatRequest:
     stream_flag = fields.get("stream", False)
     if not isinstance(stream_flag, bool) and stream_flag is not None:
         raise BadRequest("'stream' must be a boolean", param="stream")
@@ -222,4 +288,4 @@ def _chat_request(fields: JsonObject, toolset: ToolSet | None, grounding: Ground
                                       grounding.failed_result),
             identifier_pattern=grounding.pattern,
         )
-    return ChatRequest(fields, str(model), stream, rules, tools_raw)
+    return ChatRequest(fields, str(model), stream, rules, tools_raw, tools_span)

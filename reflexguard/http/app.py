@@ -249,7 +249,7 @@ class Routes(GuardContext):
         """The bytes to forward and the request read from them: the client's, unless a
         historical tool call would make the model server refuse the conversation
         (dialects/history.py); then a repaired copy, counted as history_repaired."""
-        if not has_calls(raw, "chat"):  # the fast path: one bytes scan
+        if not has_calls(raw, "chat", chat.tools_span):  # the fast path: a bytes scan
             return raw, chat
         fixed = repaired(chat.fields, "chat", chat.tools_raw)
         if fixed is None:

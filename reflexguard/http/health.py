@@ -51,15 +51,31 @@ class UpstreamHealth:
                  ) -> None:
         self._telemetry = telemetry
         self._clock = clock
-        self.last: Outcome | None = None
+        self._last: Outcome | None = None
+        # The latest answer, as it came: (status, when, source). Every request reports one,
+        # so it is kept as a tuple and read into an Outcome only when /readyz asks.
+        self._answer: tuple[int, float, str] | None = None
         self._probing: asyncio.Task[None] | None = None
         self._source = "request"
         self._logged_at = -math.inf
         self._unlogged = 0
 
+    @property
+    def last(self) -> Outcome | None:
+        """The latest outcome, of real traffic or of a probe."""
+        if self._answer is not None:
+            status, at, source = self._answer
+            return Outcome(status not in GATEWAY_DOWN, at, f"upstream answered {status}",
+                           source)
+        return self._last
+
+    @last.setter
+    def last(self, outcome: Outcome | None) -> None:
+        self._answer = None
+        self._last = outcome
+
     def answered(self, status: int, source: str = "request") -> None:
-        down = status in GATEWAY_DOWN
-        self.last = Outcome(not down, self._clock(), f"upstream answered {status}", source)
+        self._answer = (status, self._clock(), source)
 
     def unreachable(self, url: str, error: BaseException) -> None:
         self.last = Outcome(False, self._clock(),

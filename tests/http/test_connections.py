@@ -166,6 +166,26 @@ def test_headers_trickled_byte_by_byte_are_cut_at_the_header_timeout(quick: Serv
     assert error["code"] == "request_timeout"
 
 
+def test_a_later_head_on_a_kept_connection_has_its_own_header_timeout(quick: Served) -> None:
+    """The head timer outlives a request (issue 23: one timer per connection, re-armed when
+    it fires): a second head, begun after the first request's deadline would have fallen
+    mid-way, is cut a whole header_timeout (1 s) after its own first byte, never sooner."""
+    with socket.create_connection(("127.0.0.1", quick.port), timeout=30) as conn:
+        conn.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while b'"ok"' not in first:
+            first += conn.recv(65536)
+        time.sleep(0.6)  # the first head's deadline falls 0.4 s into the second head
+        began = time.monotonic()
+        conn.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+        waited = time.monotonic() - began
+    assert waited >= 0.9, f"cut {waited:.2f} s after the second head began"
+    assert assert_json_error(data, 408)["code"] == "request_timeout"
+
+
 def test_a_body_that_does_not_arrive_is_cut_at_the_body_timeout(quick: Served) -> None:
     request = POST + b"Content-Length: 1000\r\n\r\n{\"messages\": "
     error = assert_json_error(raw(quick.port, request, timeout=30), 408)

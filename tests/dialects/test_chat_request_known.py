@@ -1,0 +1,172 @@
+"""Reading a chat request whose tools list the cache already holds (issue 23).
+
+`read_request` first looks for a held list right after the body's first `"tools":`
+(dialects/chat_request.py, `known_tools`), compares its bytes, and parses only the rest,
+with a random stand-in in the list's place that must come back as the body's own `tools`.
+Whatever the body, a warm cache must read it as the full parse reads it: the same body,
+tool set, rules and errors. Several bodies below are built to fool the shortcut (the held
+list elsewhere, a `tools` key orjson reads later, an escaped key); the full reading is the
+judge.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+
+from reflexguard.core.errors import BadRequest
+from reflexguard.core.toolset import KEY_PREFIX, ToolSetCache
+from reflexguard.dialects.chat_request import (
+    GroundingPolicy,
+    known_tools,
+    parse_body,
+    read_request,
+    request_of,
+)
+from reflexguard.dialects.chat_request import _check_messages as check_messages
+from reflexguard.dialects.history import has_calls, repaired
+from tests.conftest import TOOLS, chat_body
+
+PLAIN = GroundingPolicy()
+HELD = orjson.dumps(TOOLS)
+OTHER = [{"type": "function", "function": {"name": "other", "parameters": {
+    "type": "object", "properties": {}}}}]
+
+
+def warm() -> ToolSetCache:
+    cache = ToolSetCache()
+    read_request(orjson.dumps(chat_body()), cache, PLAIN)
+    return cache
+
+
+def full_read(raw: bytes) -> Any:
+    body = parse_body(raw)
+    check_messages(body)
+    return request_of(body, ToolSetCache(), PLAIN, 100)
+
+
+def tools_text(fragment: bytes) -> bytes:
+    return orjson.dumps(chat_body(tools="@")).replace(b'"@"', fragment)
+
+
+BODIES: dict[str, bytes] = {
+    "compact": orjson.dumps(chat_body()),
+    "spaced": json.dumps(chat_body(), separators=(",", ": ")).encode(),
+    "tools first": orjson.dumps({"tools": TOOLS, **chat_body()}),
+    "newlines around the colon": orjson.dumps(chat_body(tools="@")).replace(
+        b'"tools":"@"', b'"tools"\n :\r\n\t' + HELD),
+    "held list inside a message first": orjson.dumps(chat_body(messages=[
+        {"role": "user", "content": "x", "tools": TOOLS}], tools=OTHER)),
+    "held list inside a message, top-level null": orjson.dumps(chat_body(messages=[
+        {"role": "user", "content": "x", "tools": TOOLS}], tools=None)),
+    "top-level null, held list under another key": (
+        b'{"tools": null, "metadata": {"tools": ' + HELD + b'}, '
+        + orjson.dumps(chat_body())[1:].replace(b',"tools":' + HELD, b'')),
+    "held first, another list last (last wins)": (
+        b'{"tools": ' + HELD + b', ' + orjson.dumps(chat_body(tools=OTHER))[1:]),
+    "escaped key for the real tools": (
+        b'{"tool\\u0073": ' + orjson.dumps(OTHER) + b', "x": {"tools": ' + HELD + b'}, '
+        + orjson.dumps(chat_body())[1:].replace(b',"tools":' + HELD, b'')),
+    "held list inside a longer list": tools_text(b"[" + HELD + b"]"),
+    "held list as a prefix of a longer value": tools_text(HELD[:-1] + b',{"a":1}]'),
+    "held list then trailing garbage": orjson.dumps(chat_body()) + b" x",
+    "held list inside a string": orjson.dumps(chat_body(
+        tools=OTHER, metadata=HELD.decode())).replace(b'\\"', b'"'),
+    "empty tools": orjson.dumps(chat_body(tools=[])),
+    "no tools": orjson.dumps({k: v for k, v in chat_body().items() if k != "tools"}),
+    "tool_calls in the conversation": orjson.dumps(chat_body(messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "cancel_order", "arguments": "{not json"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        {"role": "user", "content": "thanks"}])),
+}
+
+
+@pytest.mark.parametrize("name", list(BODIES))
+def test_a_warm_cache_reads_every_body_as_the_full_reading(name: str) -> None:
+    raw = BODIES[name]
+    try:
+        full = full_read(raw)
+    except BadRequest as refused:
+        with pytest.raises(BadRequest) as caught:
+            read_request(raw, warm(), PLAIN)
+        assert (str(caught.value), caught.value.param, caught.value.code) == (
+            str(refused), refused.param, refused.code)
+        return
+    known = read_request(raw, warm(), PLAIN)
+    assert known.body == full.body == orjson.loads(raw)
+    assert list(known.body) == list(full.body)  # every key in its place
+    assert (known.model, known.stream, known.guarded) == (full.model, full.stream,
+                                                           full.guarded)
+    if full.rules is not None:
+        assert known.rules is not None
+        assert known.rules.toolset.digest == full.rules.toolset.digest
+        assert known.rules.tool_choice == full.rules.tool_choice
+    assert has_calls(raw, "chat", known.tools_span) == has_calls(raw, "chat") or \
+        repaired(full.body, "chat") is None
+
+
+def test_the_shortcut_takes_a_held_list_and_declines_the_decoys() -> None:
+    cache = warm()
+    for name in ("compact", "spaced", "tools first", "newlines around the colon"):
+        read_request(BODIES[name], cache, PLAIN)  # its spelling of the list, now held
+        found = known_tools(BODIES[name], cache)
+        assert found is not None, name
+        fields, tools, at = found
+        assert orjson.loads(tools) == TOOLS and fields["tools"] is None
+        assert BODIES[name][at:at + len(tools)] == tools
+    for name in ("held list inside a message first",
+                 "held list inside a message, top-level null",
+                 "top-level null, held list under another key",
+                 "held first, another list last (last wins)",
+                 "escaped key for the real tools", "held list inside a longer list",
+                 "held list then trailing garbage"):
+        assert known_tools(BODIES[name], cache) is None, name
+
+
+def test_a_known_read_skips_the_tools_when_scanning_for_historical_calls() -> None:
+    """A tools list with a "tool_calls" property holds no historical call: skipping it
+    changes no outcome (the repair reads the conversation, never the tools)."""
+    tools = [{"type": "function", "function": {"name": "explain", "parameters": {
+        "type": "object", "properties": {"tool_calls": {"type": "string"}}}}}]
+    raw = orjson.dumps(chat_body(tools=tools))
+    cache = ToolSetCache()
+    read_request(raw, cache, PLAIN)
+    chat = read_request(raw, cache, PLAIN)
+    assert chat.tools_span is not None
+    assert has_calls(raw, "chat") and not has_calls(raw, "chat", chat.tools_span)
+    assert repaired(chat.fields, "chat", chat.tools_raw) is None
+    history = BODIES["tool_calls in the conversation"]
+    read = read_request(history, warm(), PLAIN)
+    assert read.tools_span is not None and has_calls(history, "chat", read.tools_span)
+    assert repaired(read.fields, "chat", read.tools_raw) is not None
+
+
+def test_lists_sharing_their_leading_bytes_are_each_found() -> None:
+    """Tool sets that differ only in a later tool share the looked-up prefix."""
+    cache = ToolSetCache()
+    first, second = TOOLS, [*TOOLS, *OTHER]
+    assert orjson.dumps(first)[:KEY_PREFIX] == orjson.dumps(second)[:KEY_PREFIX]
+    for tools in (first, second):
+        read_request(orjson.dumps(chat_body(tools=tools)), cache, PLAIN)
+    for tools in (first, second, first):
+        raw = orjson.dumps(chat_body(tools=tools))
+        found = known_tools(raw, cache)
+        assert found is not None and found[1] == orjson.dumps(tools)
+        chat = read_request(raw, cache, PLAIN)
+        assert chat.rules is not None and chat.body == orjson.loads(raw)
+        assert chat.rules.toolset.names == [t["function"]["name"] for t in tools]
+
+
+def test_an_evicted_list_is_no_longer_found() -> None:
+    cache = ToolSetCache(capacity=1)
+    read_request(orjson.dumps(chat_body()), cache, PLAIN)
+    assert known_tools(orjson.dumps(chat_body()), cache) is not None
+    read_request(orjson.dumps(chat_body(tools=OTHER)), cache, PLAIN)
+    assert known_tools(orjson.dumps(chat_body()), cache) is None
+    assert cache.known_lists(HELD[:KEY_PREFIX]) == []
