@@ -8,6 +8,7 @@ writes the ladder's re-asks in its own form. The core never learns which dialect
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from reflexguard.dialects.chat_request import (
     GroundingPolicy,
     parse_body,
     request_of,
+    split_tools,
 )
 
 DialectName = Literal["chat", "messages", "responses"]
@@ -78,7 +80,100 @@ class DialectRequest:
 def read_dialect_request(raw: bytes, dialect: Dialect, cache: ToolSetCache,
                          grounding: GroundingPolicy,
                          max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> DialectRequest:
-    return dialect_request(parse_body(raw, max_depth), dialect, cache, grounding)
+    split = split_tools(raw) if len(raw) > MIN_SPLIT_BYTES else None
+    if split is not None:
+        request = KNOWN_TOOLS.read(split, dialect, cache, grounding, max_depth)
+        if request is not None:
+            return request
+    request = dialect_request(parse_body(raw, max_depth), dialect, cache, grounding)
+    if split is not None:
+        KNOWN_TOOLS.learn(split[1], dialect, max_depth, request)
+    return request
+
+
+# -- a tools list seen before ---------------------------------------------------------------
+
+MIN_SPLIT_BYTES = 512  # below this, reading the whole body costs less than splitting it
+KNOWN_TOOLS_ENTRIES = 16
+KNOWN_TOOLS_MAX_BYTES = 128 * 1024  # a longer list is read in full each time: 2 MiB held
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a native tools list reads as, kept from its first full reading. The lists are
+    shared by every request that sends the same bytes, as the compiled ToolSet is: nothing
+    in reflexguard writes into a request body or its chat view (docs/decisions.md)."""
+
+    tools: list[Any]  # the native list, as parsed
+    chat_tools: list[Any] | None  # the chat view's list (None: no client tool)
+    dropped: tuple[str, ...]  # its `tool:<name>` entries of `dropped`
+
+
+class KnownTools:
+    """The native twin of read_request's split (chat_request.split_tools): an agent sends
+    the same tools every turn and they are most of its request, so a list seen before is
+    neither parsed, checked, translated nor looked up in the ToolSetCache by its JSON
+    again; only the rest of the body is (issue 23). A list is learned only from a request
+    its full reading accepted, and any doubt on a later one (its rest not parsing, an
+    error, a `tools` the split did not stand for) sends it back to the full reading, which
+    then says what is wrong in its own words. Bounded: KNOWN_TOOLS_ENTRIES lists of at
+    most KNOWN_TOOLS_MAX_BYTES each, least recently used dropped first."""
+
+    def __init__(self) -> None:
+        self._known: OrderedDict[tuple[str, int, bytes], _Known] = OrderedDict()
+
+    def read(self, split: tuple[bytes, bytes], dialect: Dialect, cache: ToolSetCache,
+             grounding: GroundingPolicy, max_depth: int) -> DialectRequest | None:
+        rest, tools_raw = split
+        known = self._known.get((dialect.name, max_depth, tools_raw))
+        if known is None:
+            return None
+        self._known.move_to_end((dialect.name, max_depth, tools_raw))
+        try:
+            # Its depth, the list's own being below max_depth (the full reading found it so
+            # in the body that taught it), is the body's; `tools` stands there as null.
+            fields = parse_body(rest, max_depth)
+            if "tools" not in fields or fields["tools"] is not None:
+                return None  # a duplicate key: the split did not stand for the body's list
+            dialect.check(fields)  # the envelope; the list passed when it was learned
+            chat, dropped = dialect.to_chat(fields)
+        except BadRequest:
+            return None
+        fields["tools"] = known.tools  # in the place the client put it: `fields` is ours
+        if known.chat_tools is not None:
+            chat = _with_tools(chat, known.chat_tools)
+        return DialectRequest(fields, request_of(chat, cache, grounding),
+                              (*dropped, *known.dropped))
+
+    def learn(self, tools_raw: bytes, dialect: Dialect, max_depth: int,
+              request: DialectRequest) -> None:
+        if len(tools_raw) > KNOWN_TOOLS_MAX_BYTES:
+            return
+        tools = request.body.get("tools")
+        try:  # the body's list must be the one the split found (JSON allows a key twice)
+            if not isinstance(tools, list) or orjson.loads(tools_raw) != tools:
+                return
+        except orjson.JSONDecodeError:
+            return
+        chat_tools = request.chat.fields.get("tools")
+        self._known[(dialect.name, max_depth, tools_raw)] = _Known(
+            tools, chat_tools if isinstance(chat_tools, list) else None,
+            tuple(d for d in request.dropped if d.startswith("tool:")))
+        while len(self._known) > KNOWN_TOOLS_ENTRIES:
+            self._known.popitem(last=False)
+
+
+def _with_tools(chat: JsonObject, tools: list[Any]) -> JsonObject:
+    """The chat view with its tools where to_chat puts them: after the messages."""
+    out: JsonObject = {}
+    for key, value in chat.items():
+        out[key] = value
+        if key == "messages":
+            out["tools"] = tools
+    return out
+
+
+KNOWN_TOOLS = KnownTools()  # one per process, as the ToolSetCache is one per app
 
 
 def dialect_request(body: JsonObject, dialect: Dialect, cache: ToolSetCache,
