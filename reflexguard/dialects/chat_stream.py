@@ -169,6 +169,22 @@ class StreamAssembler:
         return completion
 
 
+def replayable_text_chunk(chunk: JsonObject) -> bool:
+    """Whether `chunk` carries nothing but text (and the role) for choice 0: such a chunk,
+    held while the text's head was undecided, can be written later as the upstream sent it
+    once the head rules out a call, instead of joined into one chunk of ours."""
+    choices = chunk.get("choices")
+    if chunk.get("usage") is not None or not isinstance(choices, list) or len(choices) != 1:
+        return False
+    choice = choices[0]
+    if not isinstance(choice, dict) or choice.get("index", 0) != 0 \
+            or choice.get("finish_reason") is not None:
+        return False
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and isinstance(delta.get("content"), str) \
+        and delta.keys() <= {"content", "role"}
+
+
 def chunk_body(template: JsonObject, delta: JsonObject, finish: str | None) -> JsonObject:
     return {
         "id": template.get("id", "chatcmpl-reflexguard"),

@@ -35,6 +35,7 @@ from reflexguard.dialects.chat_stream import (
     StreamAssembler,
     closing_chunk_bodies,
     error_event,
+    replayable_text_chunk,
     sse,
     text_chunk,
 )
@@ -47,6 +48,9 @@ from reflexguard.http.upstream import UpstreamFailure
 EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 # HttpProcessingError: aiohttp's LineTooLong for an SSE line over its 512 KiB limit.
 STREAM_FAULTS = (aiohttp.ClientError, asyncio.TimeoutError, HttpProcessingError)
+# Held undecided text is replayed as the upstream's own events up to this many bytes; past
+# it (a stream of whitespace, say) it is written as one chunk of ours, as before.
+MAX_REPLAY_BYTES = 64 * 1024
 # The prepared response, for the error middleware.
 STREAM_KEY: web.RequestKey[web.StreamResponse] = web.RequestKey("stream", web.StreamResponse)
 
@@ -290,6 +294,11 @@ async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
                          assembler: StreamAssembler, out: ClientStream) -> str | None:
     """Feed the upstream's events to the assembler; the reason if the stream broke."""
     reader = SseObjects(call.guard, call.request_id)
+    # The upstream's own events of text held while its head was undecided (whitespace, a
+    # `<` that might open `<tool_call>`): replayed as they came once the head rules out a
+    # call, so text that is no call reaches the agent byte for byte. None: not replayable.
+    held: list[bytes] | None = []
+    held_bytes = 0
     try:
         async for batch in reader.batches(upstream.content):
             # What one network read released goes out in one write: the same bytes, with
@@ -305,9 +314,19 @@ async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
                 call.margins.collect(chunk)
                 if assembler.feed(chunk):
                     released.append(sse(call.margins.passed_on(payload, chunk)))
+                elif held is not None and not (assembler.released_text
+                                               and assembler.pending_flush is None):
+                    event = sse(call.margins.passed_on(payload, chunk))
+                    held_bytes += len(event)
+                    if replayable_text_chunk(chunk) and held_bytes <= MAX_REPLAY_BYTES:
+                        held.append(event)
+                    else:
+                        held = None
                 if assembler.pending_flush is not None:
-                    released.append(text_chunk(assembler.template, assembler.pending_flush))
+                    released.extend(held if held is not None else
+                                    [text_chunk(assembler.template, assembler.pending_flush)])
                     assembler.pending_flush = None
+                    held = None
             if released:
                 await out.write(b"".join(released))
     except StreamBroken as exc:
