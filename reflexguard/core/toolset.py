@@ -144,6 +144,10 @@ class ToolSet:
     specs: dict[str, ToolSpec]
     schema_text: str = field(repr=False)  # descriptions and examples, for grounding
     depth: int = 1  # how deep the tools list nests, the list itself being level 1
+    # The request rules (validate.CallRules) made over this set, by tool choice and
+    # parallel_tool_calls, shared by the requests that send the same (chat_request.py):
+    # they live as long as the set does.
+    rules: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def names(self) -> list[str]:

@@ -262,6 +262,9 @@ def regrounded(chat: ChatRequest, grounding: GroundingPolicy) -> ChatRequest:
                          chat.tools_span)
 
 
+RULES_PER_TOOLSET = 16  # CallRules kept per tool set (frozen, so shared by its requests)
+
+
 def _chat_request(fields: JsonObject, toolset: ToolSet | None, grounding: GroundingPolicy,
                   tools_raw: bytes | None = None,
                   tools_span: tuple[int, int] | None = None) -> ChatRequest:
@@ -274,11 +277,13 @@ def _chat_request(fields: JsonObject, toolset: ToolSet | None, grounding: Ground
     if toolset is None:
         return ChatRequest(fields, str(model), stream, None)
     parallel = fields.get("parallel_tool_calls") is not False
-    rules = CallRules(
-        toolset=toolset,
-        tool_choice=ToolChoice.parse(fields.get("tool_choice")),
-        parallel_tool_calls=parallel,
-    )
+    choice = ToolChoice.parse(fields.get("tool_choice"))
+    key = (choice.mode, choice.name, parallel)
+    rules = toolset.rules.get(key)
+    if rules is None:
+        rules = CallRules(toolset=toolset, tool_choice=choice, parallel_tool_calls=parallel)
+        if len(toolset.rules) < RULES_PER_TOOLSET:  # a named choice's name is the client's
+            toolset.rules[key] = rules
     if grounding.pattern is not None:
         rules = CallRules(
             toolset=toolset,

@@ -20,6 +20,7 @@ import pytest
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.toolset import KEY_PREFIX, ToolSetCache
 from reflexguard.dialects.chat_request import (
+    RULES_PER_TOOLSET,
     GroundingPolicy,
     known_tools,
     parse_body,
@@ -170,3 +171,20 @@ def test_an_evicted_list_is_no_longer_found() -> None:
     read_request(orjson.dumps(chat_body(tools=OTHER)), cache, PLAIN)
     assert known_tools(orjson.dumps(chat_body()), cache) is None
     assert cache.known_lists(HELD[:KEY_PREFIX]) == []
+
+
+def test_requests_with_the_same_choice_share_their_rules_and_others_do_not() -> None:
+    cache = ToolSetCache()
+    auto = [read_request(orjson.dumps(chat_body()), cache, PLAIN).rules for _ in range(2)]
+    named = read_request(orjson.dumps(chat_body(tool_choice={
+        "type": "function", "function": {"name": "cancel_order"}})), cache, PLAIN).rules
+    serial = read_request(orjson.dumps(chat_body(parallel_tool_calls=False)), cache,
+                          PLAIN).rules
+    assert auto[0] is auto[1]
+    assert named is not None and named.tool_choice.name == "cancel_order"
+    assert serial is not None and serial.parallel_tool_calls is False
+    assert auto[0] is not None and auto[0].tool_choice.mode == "auto"
+    for n in range(100):  # a client's names are not kept without bound
+        read_request(orjson.dumps(chat_body(tool_choice={
+            "type": "function", "function": {"name": f"n{n}"}})), cache, PLAIN)
+    assert len(auto[0].toolset.rules) <= RULES_PER_TOOLSET
