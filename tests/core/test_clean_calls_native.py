@@ -211,9 +211,8 @@ CORPUS = {
 
 
 def cases(kind: str) -> list[tuple[str, str]]:
-    index = 2 if kind == "clean" else 3
-    return [(name, case) for name, entry in CORPUS.items()
-            for case in entry[index]]  # type: ignore[attr-defined]
+    return [(name, case) for name, (_, _, clean, declined) in CORPUS.items()
+            for case in (clean if kind == "clean" else declined)]
 
 
 def lookup(dialect: str, case: str) -> tuple[Dialect, Any, JsonObject, CallRules]:

@@ -13,7 +13,7 @@ import pytest
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.dialects import native
-from reflexguard.dialects.chat_request import GroundingPolicy
+from reflexguard.dialects.chat_request import GroundingPolicy, parse_body
 from reflexguard.dialects.messages import MESSAGES
 from reflexguard.dialects.native import Dialect, DialectRequest, KnownTools, read_dialect_request
 from reflexguard.dialects.responses import RESPONSES
@@ -96,7 +96,7 @@ def error(raw: bytes, dialect: Dialect) -> tuple[str, str | None, str | None]:
     return str(caught.value), caught.value.param, caught.value.code
 
 
-DEEP = {"x": [[[[[[[[[[[[]]]]]]]]]]]]}
+DEEP: dict[str, Any] = {"x": [[[[[[[[[[[[]]]]]]]]]]]]}
 BROKEN: dict[str, dict[str, dict[str, Any]]] = {  # a field each dialect refuses
     "the conversation's type": {"messages": {"messages": "hi"}, "responses": {"input": 5}},
     "a turn's shape": {"messages": {"messages": [{"content": "hi"}]},
@@ -127,7 +127,7 @@ def test_a_known_list_in_a_bad_request_gets_the_full_readings_error(
 
 def _deep_error(raw: bytes, dialect: Dialect) -> tuple[str, str | None]:
     with pytest.raises(BadRequest) as caught:
-        native.dialect_request(native.parse_body(raw, 8), dialect, ToolSetCache(), GROUNDING)
+        native.dialect_request(parse_body(raw, 8), dialect, ToolSetCache(), GROUNDING)
     return str(caught.value), caught.value.code
 
 
