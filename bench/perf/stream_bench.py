@@ -27,7 +27,8 @@ import orjson
 
 from bench.perf.processes import process
 from bench.perf.stream_bounds import body as request_body
-from bench.perf.stream_stats import added_row
+from bench.perf.stream_bounds import cpu_seconds
+from bench.perf.stream_stats import added_row, ratio
 from bench.perf.stream_upstream import ROUTES, SCENES
 from reflexguard.ops.loopback import free_port
 
@@ -41,6 +42,8 @@ class Samples:
     first_text_ms: list[float] = field(default_factory=list)
     hold_ms: list[float] = field(default_factory=list)
     errors: int = 0
+    cpu_s: float = 0.0  # the server's own CPU (from /proc) over the timed streams
+    streams: int = 0
 
 
 def template(dialect: str, scene: str) -> bytes:
@@ -83,7 +86,7 @@ async def one(session: aiohttp.ClientSession, url: str, dialect: str, raw: bytes
 
 
 async def drive(url: str, stamps_url: str, dialect: str, scene: str, concurrency: int,
-                requests: int, serial: list[int]) -> Samples:
+                requests: int, serial: list[int], pid: int) -> Samples:
     samples = Samples()
     lasts: dict[str, int] = {}
     raw = template(dialect, scene)
@@ -110,7 +113,9 @@ async def drive(url: str, stamps_url: str, dialect: str, scene: str, concurrency
         samples.first_text_ms.clear()
         lasts.clear()
         remaining = requests
+        cpu = cpu_seconds(pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+        samples.cpu_s, samples.streams = cpu_seconds(pid) - cpu, requests
         async with session.get(stamps_url) as answer:
             upstream_last = await answer.json()
     samples.hold_ms = [(last - upstream_last[tag]) / 1e6 for tag, last in lasts.items()
@@ -130,9 +135,10 @@ def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects:
           "text: 2 KB in 8-character deltas; code: the same in a fence (held); "
           "call: one valid ~2 KB call in 16-character deltas (held)")
     with ExitStack() as stack:
-        stack.enter_context(process(["-m", "bench.perf.stream_upstream", "--port",
-                                     str(upstream_port), "--gap-ms", str(gap_ms)],
-                                    upstream_port))
+        # direct's CPU is the upstream's own; every other target's, that proxy's
+        pids = {"direct": stack.enter_context(process(
+            ["-m", "bench.perf.stream_upstream", "--port", str(upstream_port), "--gap-ms",
+             str(gap_ms)], upstream_port)).pid}
         bases = {"direct": upstream}
         guard = ["-m", "reflexguard", "serve", "--upstream"]
         # PYTHONSAFEPATH: without it `-m` puts this tree first on the path (as overhead.py)
@@ -141,8 +147,8 @@ def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects:
                 ("minimal", ["-m", "bench.perf.minimal_proxy", "--upstream"], None),
                 ("reflexguard", guard, None), *([(COPY, guard, copy)] if copy else [])):
             port = free_port()
-            stack.enter_context(process([*argv, f"{upstream}/v1", "--port", str(port)], port,
-                                        env))
+            pids[name] = stack.enter_context(process([*argv, f"{upstream}/v1", "--port",
+                                                      str(port)], port, env)).pid
             bases[name] = f"http://127.0.0.1:{port}"
         results: dict[tuple[str, str, str, int], Samples] = {}
         serial = [0]
@@ -153,12 +159,15 @@ def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects:
                     for scene in SCENES:
                         for target, base in bases.items():
                             got = asyncio.run(drive(base + ROUTES[dialect], upstream + "/stamps",
-                                                    dialect, scene, c, per_round, serial))
+                                                    dialect, scene, c, per_round, serial,
+                                                    pids[target]))
                             key = (target, dialect, scene, c)
                             have = results.setdefault(key, Samples())
                             have.first_text_ms += got.first_text_ms
                             have.hold_ms += got.hold_ms
                             have.errors += got.errors
+                            have.cpu_s += got.cpu_s
+                            have.streams += got.streams
     report(results, dialects, concurrencies, COPY in bases)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
@@ -196,6 +205,28 @@ def report(results: dict[tuple[str, str, str, int], Samples], dialects: list[str
                                  "errors": errors, **row.__dict__,
                                  **({"copy_p50": old.guard_p50, "copy_p99": old.guard_p99}
                                     if old else {})})
+    cpu_report(results, dialects, concurrencies, with_copy)
     if os.environ.get("BENCH_STREAM_JSON"):
         with open(os.environ["BENCH_STREAM_JSON"], "w") as out:
             json.dump(rows, out, indent=1)
+
+
+def cpu_report(results: dict[tuple[str, str, str, int], Samples], dialects: list[str],
+               concurrencies: list[int], with_copy: bool) -> None:
+    """Each proxy's own CPU per stream (from /proc): what the machine's load does not
+    change much, unlike the latencies above."""
+    print("\nCPU ms per stream, each server's own (direct: the upstream's)")
+    print(f"{'dialect':<10} {'scene':<5} {'c':>3} {'direct':>7} {'minimal':>7} "
+          f"{'rg':>7} {'rg/min':>6}" + (f" {'old':>7} {'rg/old':>6}" if with_copy else ""))
+    for dialect in dialects:
+        for scene in SCENES:
+            for c in concurrencies:
+                per = {t: ratio(s.cpu_s * 1e3, s.streams) for (t, d, sc, cc), s
+                       in results.items() if (d, sc, cc) == (dialect, scene, c)}
+                line = (f"{dialect:<10} {scene:<5} {c:>3} {per['direct']:>7.2f} "
+                        f"{per['minimal']:>7.2f} {per['reflexguard']:>7.2f} "
+                        f"{ratio(per['reflexguard'], per['minimal']):>6.2f}")
+                if with_copy:
+                    line += (f" {per[COPY]:>7.2f} "
+                             f"{ratio(per['reflexguard'], per[COPY]):>6.2f}")
+                print(line, flush=True)
