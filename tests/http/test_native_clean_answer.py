@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from reflexguard.core.budget import BUDGET_HEADER, REMAINING_HEADER
 from reflexguard.http import dialect_call
 from reflexguard.http.app import GUARD_KEY
 from reflexguard.ops import tracing
@@ -129,16 +130,19 @@ def observed_metrics(text: str) -> list[str]:
 
 
 async def observe(proxy: Any, fake: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                  dialect: str, shortcut: bool) -> tuple[Any, ...]:
+                  dialect: str, shortcut: bool, budget: str | None) -> tuple[Any, ...]:
     upstream, _ = fake
     upstream.script = [Scripted(VALID[dialect])]
     with monkeypatch.context() as patch:
         spy = Spy(patch, shortcut)
-        events = tmp_path / f"events-{dialect}-{shortcut}.jsonl"
+        events = tmp_path / f"events-{dialect}-{shortcut}-{budget}.jsonl"
         client = await proxy(events=events)
+        sent = {"x-reflexguard-session": "s-1"}
+        if budget is not None:
+            sent[BUDGET_HEADER] = budget
         with capture_logs() as logs:
             response = await client.post(f"/v1/{dialect}", json=body_of(dialect),
-                                         headers={"x-reflexguard-session": "s-1"})
+                                         headers=sent)
             body = await response.read()
         assert (spy.clean, spy.read) == ((1, 0) if shortcut else (0, 1))
     guard = client.server.app[GUARD_KEY]
@@ -153,15 +157,17 @@ async def observe(proxy: Any, fake: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
             record.model_dump(exclude={"first_seen", "last_seen"}))
 
 
+@pytest.mark.parametrize("budget", [None, "5"], ids=["no budget", "an error budget"])
 @pytest.mark.parametrize("dialect", ["messages", "responses"])
 async def test_the_shortcut_is_observed_exactly_as_the_full_reading(
-        fake, proxy, monkeypatch, tmp_path, dialect):
-    full = await observe(proxy, fake, monkeypatch, tmp_path, dialect, shortcut=False)
-    short = await observe(proxy, fake, monkeypatch, tmp_path, dialect, shortcut=True)
+        fake, proxy, monkeypatch, tmp_path, dialect, budget):
+    full = await observe(proxy, fake, monkeypatch, tmp_path, dialect, False, budget)
+    short = await observe(proxy, fake, monkeypatch, tmp_path, dialect, True, budget)
     for what, a, b in zip(("status", "body", "headers", "events", "metrics", "logs",
                            "session"), full, short, strict=True):
         assert a == b, what
-    status, _, _, events, metrics, _, _ = short
+    status, _, headers, events, metrics, _, _ = short
+    assert (REMAINING_HEADER in headers) == (budget is not None)
     assert status == 200 and [e["event"] for e in events] == ["attempt"]
     assert [(c["channel"], c["name"]) for c in events[0]["calls"]] == [
         ("ok", "get_order_details"), ("ok", "cancel_order")]
