@@ -6,11 +6,16 @@ llama.cpp server, with a tap recording the raw upstream answers:
 - the channels reflexguard counted equal an independent re-validation of the raw answers;
 - the caller's messages are untouched, and every upstream request starts with them;
 - observe mode returns the upstream's answer unchanged (save the declared format lift).
+
+The lower variant's runs share a memo (tests/real_model/memo.py): observe mode sends each
+prompt as the repair run's first attempt did, and gets the model's own answer to it again
+rather than a second decode of the same body at temperature 0.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
@@ -22,6 +27,7 @@ from reflexguard.core.model import ToolChoice
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules, validate_reply
 from reflexguard.embedded.child import ModelServer
+from tests.real_model.memo import Memo
 
 pytestmark = pytest.mark.real_model
 MAX_REPAIRS = 2
@@ -70,22 +76,38 @@ def check_repair_run(run: RunResult) -> None:
             assert exchange.request["messages"][: len(sent_messages)] == sent_messages
 
 
-async def repair_run(server: ModelServer, tmp_path: Path) -> RunResult:
-    return await run_prompts(server.base_url, tmp_path / "events.jsonl",
+@pytest.fixture(scope="module")
+def lower_answers(lower_server: ModelServer) -> Memo:
+    """The lower variant's answers, kept for this module's runs."""
+    return Memo(lower_server.base_url)
+
+
+@pytest.fixture
+async def lower_url(lower_answers: Memo) -> AsyncIterator[str]:
+    server = await lower_answers.serve()
+    yield str(server.make_url("/v1"))
+    await server.close()
+
+
+async def repair_run(model_url: str, tmp_path: Path) -> RunResult:
+    return await run_prompts(model_url, tmp_path / "events.jsonl",
                              max_repairs=MAX_REPAIRS, constrained_retry="response_format")
 
 
 async def test_repair_guarantees_at_q4_k_m(q4_server: ModelServer, tmp_path: Path) -> None:
-    check_repair_run(await repair_run(q4_server, tmp_path))
+    check_repair_run(await repair_run(q4_server.base_url, tmp_path))
 
 
-async def test_repair_guarantees_at_lower_variant(lower_server: ModelServer,
-                                                  tmp_path: Path) -> None:
-    check_repair_run(await repair_run(lower_server, tmp_path))
+async def test_repair_guarantees_at_lower_variant(lower_url: str, tmp_path: Path) -> None:
+    check_repair_run(await repair_run(lower_url, tmp_path))
 
 
-async def test_observe_mode_changes_nothing(lower_server: ModelServer, tmp_path: Path) -> None:
-    run = await run_prompts(lower_server.base_url, tmp_path / "events.jsonl", repair=False)
+async def test_observe_mode_changes_nothing(lower_url: str, lower_answers: Memo,
+                                            tmp_path: Path) -> None:
+    run = await run_prompts(lower_url, tmp_path / "events.jsonl", repair=False)
+    # Each prompt once, decoded now or answered as the repair run's first attempt was.
+    assert lower_answers.decoded + lower_answers.replayed == len(run.results) == 34
+    print(f"observe mode: {lower_answers.replayed} of 34 answers from the repair run")
     for result in run.results:
         assert result.attempts == 1 and len(result.exchanges) == 1
         raw = orjson.loads(result.exchanges[0].answer)
