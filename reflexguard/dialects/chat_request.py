@@ -44,7 +44,7 @@ class GroundingPolicy:
     failed_result: re.Pattern[str] | None = None  # tool results that ground nothing
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ChatRequest:
     """A chat request read for guarding. `fields` is the body as sent, except that a tools
     list read from the client's bytes (`tools_raw`) is null there: the cached tool set
@@ -58,6 +58,14 @@ class ChatRequest:
     # Where `tools_raw` lies in the client's bytes, when read by `known_tools`: the span
     # history.has_calls need not scan.
     tools_span: tuple[int, int] | None = None
+
+    def __init__(self, fields: JsonObject, model: str, stream: bool, rules: CallRules | None,
+                 tools_raw: bytes | None = None,
+                 tools_span: tuple[int, int] | None = None) -> None:
+        # One per request: a frozen dataclass's own __init__ sets each field through
+        # object.__setattr__, three times what filling the instance's dict costs (issue 23).
+        self.__dict__.update(fields=fields, model=model, stream=stream, rules=rules,
+                             tools_raw=tools_raw, tools_span=tools_span)
 
     @property
     def guarded(self) -> bool:

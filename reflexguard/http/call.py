@@ -44,6 +44,33 @@ from reflexguard.ops import tracing
 from reflexguard.ops.policy import grounding_policy, request_budget, spent_errors
 
 
+class RandomIds:
+    """64 random bits per request id, as uuid4().hex[:16] gave, from os.urandom drawn for
+    POOL ids at once: one getrandom(2) and one hex() per POOL requests instead of one per
+    request (issue 23). A forked process draws its own, never its parent's next ones."""
+
+    POOL = 512
+
+    def __init__(self) -> None:
+        self._hex = ""
+        self._at = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._hex, self._at = "", 0
+
+    def next(self) -> str:
+        """16 fresh random hex digits (on the event loop's thread only: no lock)."""
+        at = self._at
+        if at >= len(self._hex):
+            self._hex, at = os.urandom(8 * self.POOL).hex(), 0
+        self._at = at + 16
+        return self._hex[at:at + 16]
+
+
+REQUEST_IDS = RandomIds()
+
+
 class GuardedCall:
     """One guarded chat completion: its first attempt, ladder and telemetry."""
 
@@ -61,8 +88,7 @@ class GuardedCall:
         self.headers = headers
         self.session = session
         self.started = started
-        # 64 random bits, as uuid4().hex[:16] gave, without building a UUID per request.
-        self.request_id = f"rg-{os.urandom(8).hex()}"
+        self.request_id = f"rg-{REQUEST_IDS.next()}"
         self.deadline = asyncio.get_running_loop().time() + guard.settings.request_timeout
         assert chat.rules is not None
         self.rules = chat.rules
@@ -214,8 +240,9 @@ class GuardedCall:
         telemetry.clean_answer(names, self.request_id, self.session, self.chat.model,
                                self.rules.toolset.digest, self.chat.stream, self.dialect,
                                seconds, self.session_errors())
-        return web.Response(body=body, content_type=JSON,
-                            headers=self.finished(seconds, attempts=1, violations=0))
+        headers = self.finished(seconds, attempts=1, violations=0)
+        headers["Content-Type"] = JSON  # the same header content_type= sets, set once
+        return web.Response(body=body, headers=headers)
 
     def deadline_failure(self) -> UpstreamTimeout:
         self.guard.telemetry.fallback("request_deadline", request_id=self.request_id,
