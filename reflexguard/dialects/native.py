@@ -8,6 +8,7 @@ writes the ladder's re-asks in its own form. The core never learns which dialect
 from __future__ import annotations
 
 import json
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,11 +20,21 @@ from reflexguard.core.errors import BadRequest
 from reflexguard.core.ladder import Attempt, LadderResult, RequestBuilders, agent_completion
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
 from reflexguard.core.model import JsonObject, Reply, Verdict
-from reflexguard.core.toolset import InvalidTools, InvalidToolSchema, ToolSet, ToolSetCache
+from reflexguard.core.toolset import (
+    KEY_PREFIX,
+    InvalidTools,
+    InvalidToolSchema,
+    ToolSet,
+    ToolSetCache,
+)
+from reflexguard.core.validate import CallRules
 from reflexguard.dialects.chat_request import (
+    JSON_SPACE,
+    TOOLS_KEY,
     ChatRequest,
     GroundingPolicy,
     parse_body,
+    regrounded,
     request_of,
     split_tools,
 )
@@ -66,11 +77,16 @@ class Dialect:
     echo_reasoning: EchoReasoning
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DialectRequest:
     body: JsonObject  # as the client sent it; never mutated
     chat: ChatRequest  # the Chat Completions view the core validates against
     dropped: tuple[str, ...]  # request fields a translation to chat would lose
+
+    def __init__(self, body: JsonObject, chat: ChatRequest, dropped: tuple[str, ...]) -> None:
+        # One per request: a frozen dataclass's own __init__ sets each field through
+        # object.__setattr__, three times what filling the dict costs (as ChatRequest's).
+        self.__dict__.update(body=body, chat=chat, dropped=dropped)
 
     @property
     def guarded(self) -> bool:
@@ -80,14 +96,19 @@ class DialectRequest:
 def read_dialect_request(raw: bytes, dialect: Dialect, cache: ToolSetCache,
                          grounding: GroundingPolicy,
                          max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> DialectRequest:
-    split = split_tools(raw) if len(raw) > MIN_SPLIT_BYTES else None
+    if len(raw) <= MIN_SPLIT_BYTES:
+        return dialect_request(parse_body(raw, max_depth), dialect, cache, grounding)
+    request = KNOWN_TOOLS.find(raw, dialect, cache, grounding, max_depth)
+    if request is not None:
+        return request
+    split = split_tools(raw)
     if split is not None:
         request = KNOWN_TOOLS.read(split, dialect, cache, grounding, max_depth)
         if request is not None:
             return request
     request = dialect_request(parse_body(raw, max_depth), dialect, cache, grounding)
     if split is not None:
-        KNOWN_TOOLS.learn(split[1], dialect, max_depth, request)
+        KNOWN_TOOLS.learn(split[1], dialect, max_depth, request, cache)
     return request
 
 
@@ -96,6 +117,13 @@ def read_dialect_request(raw: bytes, dialect: Dialect, cache: ToolSetCache,
 MIN_SPLIT_BYTES = 512  # below this, reading the whole body costs less than splitting it
 KNOWN_TOOLS_ENTRIES = 16
 KNOWN_TOOLS_MAX_BYTES = 128 * 1024  # a longer list is read in full each time: 2 MiB held
+LISTS_PER_PREFIX = 8  # known lists sharing their first KEY_PREFIX bytes, by prefix
+# What a known list is replaced with before the rest is parsed, as chat_request.known_tools
+# does: a string no client can send but by guessing 128 random bits, so finding it as the
+# body's own `tools` proves the list stood there (not in a message, not under a key that
+# orjson reads before a later `tools`).
+_STAND_IN = f"\x00reflexguard-native-tools-{secrets.token_hex(16)}"
+_STAND_IN_JSON = orjson.dumps(_STAND_IN)
 
 
 @dataclass(frozen=True)
@@ -107,20 +135,63 @@ class _Known:
     tools: list[Any]  # the native list, as parsed
     chat_tools: list[Any] | None  # the chat view's list (None: no client tool)
     dropped: tuple[str, ...]  # its `tool:<name>` entries of `dropped`
+    # The rules the full reading made (their ToolSet compiled by `cache`): a later request
+    # read with the same cache takes the set from them instead of serialising the chat
+    # list again to look it up (another app's cache, whose limits may differ, looks it up).
+    rules: CallRules | None
+    cache: ToolSetCache
 
 
 class KnownTools:
-    """The native twin of read_request's split (chat_request.split_tools): an agent sends
-    the same tools every turn and they are most of its request, so a list seen before is
-    neither parsed, checked, translated nor looked up in the ToolSetCache by its JSON
-    again; only the rest of the body is (issue 23). A list is learned only from a request
-    its full reading accepted, and any doubt on a later one (its rest not parsing, an
-    error, a `tools` the split did not stand for) sends it back to the full reading, which
-    then says what is wrong in its own words. Bounded: KNOWN_TOOLS_ENTRIES lists of at
-    most KNOWN_TOOLS_MAX_BYTES each, least recently used dropped first."""
+    """The native twin of chat_request.known_tools: an agent sends the same tools every
+    turn and they are most of its request, so a list seen before is neither scanned for,
+    parsed, checked, translated nor looked up in the ToolSetCache by its JSON again; only
+    the rest of the body is (issue 23). `find` locates it after the body's first `"tools":`
+    by its leading bytes; `read` takes the split of a body where that failed (a `"tools"`
+    key earlier, in a message). A list is learned only from a request its full reading
+    accepted, and any doubt on a later one (its rest not parsing, an error, a `tools` the
+    split did not stand for) sends it back to the full reading, which then says what is
+    wrong in its own words. Bounded: KNOWN_TOOLS_ENTRIES lists of at most
+    KNOWN_TOOLS_MAX_BYTES each, least recently used dropped first."""
 
     def __init__(self) -> None:
         self._known: OrderedDict[tuple[str, int, bytes], _Known] = OrderedDict()
+        # (dialect, the first KEY_PREFIX bytes) -> the lists held that begin so, latest first
+        self._by_prefix: dict[tuple[str, bytes], list[bytes]] = {}
+
+    def find(self, raw: bytes, dialect: Dialect, cache: ToolSetCache,
+             grounding: GroundingPolicy, max_depth: int) -> DialectRequest | None:
+        """The request, when the body's first `"tools":` is followed by a list held here;
+        else None (nothing is refused here: the split or the full reading reads it)."""
+        at = raw.find(TOOLS_KEY)
+        if at < 0:
+            return None
+        at += len(TOOLS_KEY)
+        while at < len(raw) and raw[at] in JSON_SPACE:
+            at += 1
+        if raw[at:at + 1] != b":":
+            return None
+        at += 1
+        while at < len(raw) and raw[at] in JSON_SPACE:
+            at += 1
+        for tools in self._by_prefix.get((dialect.name, raw[at:at + KEY_PREFIX]), ()):
+            if raw.startswith(tools, at):
+                break
+        else:
+            return None
+        key = (dialect.name, max_depth, tools)
+        known = self._known.get(key)
+        if known is None:  # learned under another depth limit
+            return None
+        try:
+            fields = parse_body(raw[:at] + _STAND_IN_JSON + raw[at + len(tools):], max_depth)
+        except BadRequest:
+            return None
+        if fields.get("tools") != _STAND_IN:
+            return None
+        fields["tools"] = None
+        self._known.move_to_end(key)
+        return self._request(fields, known, dialect, cache, grounding)
 
     def read(self, split: tuple[bytes, bytes], dialect: Dialect, cache: ToolSetCache,
              grounding: GroundingPolicy, max_depth: int) -> DialectRequest | None:
@@ -133,8 +204,17 @@ class KnownTools:
             # Its depth, the list's own being below max_depth (the full reading found it so
             # in the body that taught it), is the body's; `tools` stands there as null.
             fields = parse_body(rest, max_depth)
-            if "tools" not in fields or fields["tools"] is not None:
-                return None  # a duplicate key: the split did not stand for the body's list
+        except BadRequest:
+            return None
+        if "tools" not in fields or fields["tools"] is not None:
+            return None  # a duplicate key: the split did not stand for the body's list
+        return self._request(fields, known, dialect, cache, grounding)
+
+    @staticmethod
+    def _request(fields: JsonObject, known: _Known, dialect: Dialect, cache: ToolSetCache,
+                 grounding: GroundingPolicy) -> DialectRequest | None:
+        """The request for a parsed body whose `tools` (null in `fields`) is `known`."""
+        try:
             dialect.check(fields)  # the envelope; the list passed when it was learned
             chat, dropped = dialect.to_chat(fields)
         except BadRequest:
@@ -142,11 +222,19 @@ class KnownTools:
         fields["tools"] = known.tools  # in the place the client put it: `fields` is ours
         if known.chat_tools is not None:
             chat = _with_tools(chat, known.chat_tools)
-        return DialectRequest(fields, request_of(chat, cache, grounding),
-                              (*dropped, *known.dropped))
+        if known.rules is not None and known.cache is cache:
+            # request_of's reading with the set already compiled (its tool choice, stream
+            # and model read from this request, under this request's grounding).
+            view = regrounded(ChatRequest(chat, "", False, known.rules), grounding)
+        else:  # another app's cache: its own limits, and the full reading's words if refused
+            try:
+                view = request_of(chat, cache, grounding)
+            except BadRequest:
+                return None
+        return DialectRequest(fields, view, (*dropped, *known.dropped))
 
     def learn(self, tools_raw: bytes, dialect: Dialect, max_depth: int,
-              request: DialectRequest) -> None:
+              request: DialectRequest, cache: ToolSetCache) -> None:
         if len(tools_raw) > KNOWN_TOOLS_MAX_BYTES:
             return
         tools = request.body.get("tools")
@@ -156,11 +244,26 @@ class KnownTools:
         except orjson.JSONDecodeError:
             return
         chat_tools = request.chat.fields.get("tools")
+        sharing = self._by_prefix.setdefault((dialect.name, tools_raw[:KEY_PREFIX]), [])
+        if tools_raw not in sharing:
+            sharing.insert(0, tools_raw)
+            del sharing[LISTS_PER_PREFIX:]  # still held: found by the split
         self._known[(dialect.name, max_depth, tools_raw)] = _Known(
             tools, chat_tools if isinstance(chat_tools, list) else None,
-            tuple(d for d in request.dropped if d.startswith("tool:")))
+            tuple(d for d in request.dropped if d.startswith("tool:")),
+            request.chat.rules, cache)
         while len(self._known) > KNOWN_TOOLS_ENTRIES:
-            self._known.popitem(last=False)
+            (name, _, evicted), _ = self._known.popitem(last=False)
+            if not any(n == name and t == evicted for n, _, t in self._known):  # other depths
+                self._forget_prefix(name, evicted)
+
+    def _forget_prefix(self, dialect: str, tools_raw: bytes) -> None:
+        prefix = (dialect, tools_raw[:KEY_PREFIX])
+        sharing = self._by_prefix.get(prefix, [])
+        if tools_raw in sharing:
+            sharing.remove(tools_raw)
+        if not sharing:
+            self._by_prefix.pop(prefix, None)
 
 
 def _with_tools(chat: JsonObject, tools: list[Any]) -> JsonObject:

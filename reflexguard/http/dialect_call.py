@@ -123,13 +123,20 @@ class DialectCall(GuardedCall):
         # The thinking blocks / reasoning items of the latest native reply, echoed in the
         # re-ask that answers it (a stream's first reply sets them from its events).
         self.reasoning: list[dict[str, Any]] = []
-        self.builders = (echoing_builders(dialect, lambda: self.reasoning) if native
-                         else CHAT_BUILDERS)
+        # The re-ask builders (`ladder` sets a native call's): a clean answer needs none.
+        self.builders = CHAT_BUILDERS
         self.path = f"{dialect.path}?{query}" if native and query else dialect.path
         self.first_bytes: bytes | None = None
-        if native:  # a native Messages/Responses reply carries no chat-format logprobs
+        if native and self.margins.enabled:
+            # A native Messages/Responses reply carries no chat-format logprobs. With
+            # margins off, GuardedCall's is already this one (its body read only for them).
             self.margins = RequestMargins(False, request.chat.body, guard.telemetry,
                                           self.request_id)
+
+    async def ladder(self, first: Attempt) -> LadderResult:
+        if self.native:  # the dialect's re-asks, echoing the reasoning of what they answer
+            self.builders = echoing_builders(self.dialect_spec, lambda: self.reasoning)
+        return await super().ladder(first)
 
     def ladder_body(self) -> dict[str, Any]:
         return self.request.body if self.native else super().ladder_body()
