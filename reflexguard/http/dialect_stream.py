@@ -32,6 +32,7 @@ from reflexguard.dialects.native_stream import (
 from reflexguard.http.call import exhausted_message
 from reflexguard.http.context import GuardContext
 from reflexguard.http.dialect_call import DialectCall, dialect_error, dialect_upstream_error
+from reflexguard.http.stream_clean import clean_first
 from reflexguard.http.streams import (
     EVENT_STREAM,
     STREAM_FAULTS,
@@ -212,14 +213,18 @@ async def _guarded(call: DialectCall, out: ClientStream,
     completion = call.margins.assembled(assembler.completion())
     template = None if isinstance(events, _ChatEvents) else events.skeleton
     call.reasoning = list(events.reasoning)  # echoed by a re-ask of this reply
-    first = read_attempt(1, "initial", completion, call.rules, guard.policy.lift_text_calls,
-                         time.perf_counter() - began)
-    result = await call.ladder(first)
-    headers = call.finish(result)
-    message = exhausted_message(result, call.policy.on_exhausted)
-    if message is not None and not out.started:
-        return dialect_error(call.dialect_spec, 502, message,
-                             code="tool_call_repair_exhausted", headers=headers)
+    clean = clean_first(call, completion, time.perf_counter() - began)
+    if clean is not None:
+        result, first, message = clean, clean.final, None
+    else:  # not every call is ok: the full reading and the ladder
+        first = read_attempt(1, "initial", completion, call.rules,
+                             guard.policy.lift_text_calls, time.perf_counter() - began)
+        result = await call.ladder(first)
+        headers = call.finish(result)
+        message = exhausted_message(result, call.policy.on_exhausted)
+        if message is not None and not out.started:
+            return dialect_error(call.dialect_spec, 502, message,
+                                 code="tool_call_repair_exhausted", headers=headers)
     if not writer:
         writer.append(_writer(call, _skeleton(call, events)))
     if message is not None:

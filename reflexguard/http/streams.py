@@ -43,6 +43,7 @@ from reflexguard.dialects.native_stream import messages_error_event, responses_e
 from reflexguard.http.call import GuardedCall
 from reflexguard.http.context import GuardContext
 from reflexguard.http.responses import json_error, upstream_error
+from reflexguard.http.stream_clean import clean_first
 from reflexguard.http.upstream import UpstreamFailure
 
 EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -383,13 +384,16 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
         if not out.started:
             return json_error(502, broken, code="upstream_stream_error")
         return await out.end(chat_error_end(broken))
-    first = read_attempt(1, "initial", call.margins.assembled(assembler.completion()), call.rules,
-                         guard.policy.lift_text_calls, time.perf_counter() - began)
-    result = await call.ladder(first)
-    call.finish(result)
-    failure = call.exhausted_error(result)
-    if failure is not None:
-        return await out.end(sse(failure) + DONE)
+    completion = call.margins.assembled(assembler.completion())
+    result = clean_first(call, completion, time.perf_counter() - began)
+    if result is None:  # not every call is ok: the full reading and the ladder
+        first = read_attempt(1, "initial", completion, call.rules,
+                             guard.policy.lift_text_calls, time.perf_counter() - began)
+        result = await call.ladder(first)
+        call.finish(result)
+        failure = call.exhausted_error(result)
+        if failure is not None:
+            return await out.end(sse(failure) + DONE)
     final = returned_attempt(result, call.policy.on_exhausted)
     closing = [sse(orjson.dumps(body)) for body in closing_chunk_bodies(assembler, result, final)]
     return await out.end(b"".join([*closing, DONE]))

@@ -222,6 +222,7 @@ async def test_a_fault_after_text_ends_a_messages_stream_with_its_error_event(
         raise RuntimeError("simulated fault")
 
     monkeypatch.setattr(dialect_stream, "read_attempt", broken)
+    monkeypatch.setattr(dialect_stream, "clean_first", broken)  # the clean answer's way
     client = await sse_proxy(messages_events(text=True))
     response = await client.post("/v1/messages", json=messages_body(stream=True))
     body = await response.text()
@@ -239,6 +240,7 @@ async def test_a_fault_after_text_ends_a_responses_stream_with_its_error_event(
         raise RuntimeError("simulated fault")
 
     monkeypatch.setattr(dialect_stream, "read_attempt", broken)
+    monkeypatch.setattr(dialect_stream, "clean_first", broken)  # the clean answer's way
     client = await sse_proxy(responses_events(text=True))
     response = await client.post("/v1/responses", json=responses_body(stream=True))
     body = await response.text()
@@ -258,6 +260,7 @@ async def test_a_fault_before_any_byte_is_the_dialects_500(
         raise RuntimeError("simulated fault")
 
     monkeypatch.setattr(dialect_stream, "read_attempt", broken)
+    monkeypatch.setattr(dialect_stream, "clean_first", broken)  # the clean answer's way
     client = await sse_proxy(messages_events(text=False))
     response = await client.post("/v1/messages", json=messages_body(stream=True))
     assert response.status == 500

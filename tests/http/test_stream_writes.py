@@ -234,3 +234,58 @@ async def test_text_that_stays_undecided_past_the_replay_bound_is_joined_as_befo
                 for c in d.get("choices", [])]
     assert "".join(contents) == blank * count + "Hello"
     assert len([c for c in contents if c]) == 1  # joined: one chunk
+
+
+# -- the streamed clean answer ------------------------------------------------------------
+
+
+def clean_stream(route: str) -> tuple[list[bytes], dict[str, Any]]:
+    """A stream of text and one valid call, in the route's grammar, and its request body."""
+    if route == "messages":
+        message = anthropic_message(text_block("Looking it up."), *anthropic_call(
+            "get_order_details", GOOD)["content"], stop="tool_use")
+        return anthropic_stream(message), messages_body(stream=True)
+    if route == "responses":
+        response = openai_response(function_call("get_order_details", GOOD))
+        return responses_stream(response), responses_body(stream=True)
+    completion = tool_call_completion("get_order_details", GOOD, content="Looking it up.")
+    return chat_events(completion), chat_body(stream=True)
+
+
+def without_timing(line: str) -> dict[str, Any]:
+    record = json.loads(line)
+    return {k: v for k, v in record.items() if k not in ("request_id", "latency_ms", "ts")}
+
+
+@pytest.mark.parametrize("route", ["chat/completions", "messages", "responses"])
+async def test_a_clean_stream_is_answered_as_the_full_reading_answers_it(
+        route: str, sse_proxy: Any, tmp_path: Any,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shortcut skips the reading into verdicts and the ladder for a stream whose calls
+    are all ok: the agent's bytes and the attempt's record are those of the full reading."""
+    import reflexguard.http.dialect_stream as dialect_stream
+    import reflexguard.http.stream_clean as stream_clean
+
+    events, body = clean_stream(route)
+    taken: list[bool] = []
+
+    def counted(*args: Any) -> Any:
+        result = stream_clean.clean_first(*args)
+        taken.append(result is not None)
+        return result
+
+    answers, records = [], []
+    log = tmp_path / "events.jsonl"  # where sse_proxy has reflexguard write its events
+    for shortcut in (True, False):
+        chosen = counted if shortcut else (lambda *args: None)
+        monkeypatch.setattr(streams, "clean_first", chosen)
+        monkeypatch.setattr(dialect_stream, "clean_first", chosen)
+        client = await sse_proxy(events)
+        response = await client.post(f"/v1/{route}", json=body)
+        answers.append(await response.read())
+        assert response.status == 200, answers[-1][:300]
+        records.append([without_timing(line) for line in log.read_text().splitlines()])
+        log.write_text("")
+    assert taken == [True]
+    assert answers[0] == answers[1]
+    assert records[0] == records[1] and records[0], records
