@@ -115,9 +115,13 @@ def serve(port: int, gap_ms: float) -> None:
         tag = TAG.search(raw)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for n, event in enumerate(streams[scene, dialect]):
+        events = streams[scene, dialect]
+        for n, event in enumerate(events):
             await response.write(event)
-            if gap_ms > 0:
+            if gap_ms > 0 and n < len(events) - 1:
+                # Between events only: after the last one the end follows at once, before a
+                # proxy that stops at `[DONE]` can close the connection (the stamp would be
+                # lost with the write_eof that fails then).
                 await asyncio.sleep(gap_ms / 1000)
             elif n % 8 == 7:  # let other streams interleave, as a batching server does
                 await asyncio.sleep(0)
