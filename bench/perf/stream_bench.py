@@ -142,7 +142,9 @@ def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects:
         bases = {"direct": upstream}
         guard = ["-m", "reflexguard", "serve", "--upstream"]
         # PYTHONSAFEPATH: without it `-m` puts this tree first on the path (as overhead.py)
-        copy = {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(against)} if against else None
+        # (the copy first, then any path this run was given: where its wheels may lie)
+        copy = {"PYTHONSAFEPATH": "1", "PYTHONPATH": os.pathsep.join(
+            [str(against), *filter(None, [os.environ.get("PYTHONPATH")])])} if against else None
         for name, argv, env in (
                 ("minimal", ["-m", "bench.perf.minimal_proxy", "--upstream"], None),
                 ("reflexguard", guard, None), *([(COPY, guard, copy)] if copy else [])):
