@@ -15,12 +15,12 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.perf.dialect_workload import WORKLOADS
+from bench.perf.listening import wait_listening
 from bench.perf.load import Point, drive
 from bench.perf.many_core_load import LoadProcesses
 from bench.perf.processes import process
@@ -28,7 +28,6 @@ from bench.perf.workload import REQUEST_BYTES, TOOL_WORKLOADS
 from reflexguard.ops.loopback import free_port
 
 COPY = "rg-1w@copy"  # reflexguard imported from --against: an A/B in one run
-LISTEN_TIMEOUT = 60.0  # seconds for every worker of a multi-process server to listen
 
 
 @dataclass(frozen=True)
@@ -96,25 +95,6 @@ def otel_environment(sink: int) -> dict[str, str]:
     """The standard variables, pointed at the sink; the SDK's default batching."""
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink}",
             "OTEL_SERVICE_NAME": "reflexguard-bench"}
-
-
-def listeners(port: int) -> int:
-    """Sockets listening on the loopback port: one per worker under SO_REUSEPORT."""
-    suffix = f":{port:04X}"
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        count += fields[1].endswith(suffix) and fields[3] == "0A"  # 0A: LISTEN
-    return count
-
-
-def wait_listening(port: int, processes: int) -> None:
-    """Until every process listens: connections made before would all land on the first."""
-    deadline = time.monotonic() + LISTEN_TIMEOUT
-    while listeners(port) < processes:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"fewer than {processes} listeners on port {port}")
-        time.sleep(0.1)
 
 
 def run(targets: list[Target], concurrencies: list[int], requests: int,

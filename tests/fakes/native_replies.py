@@ -81,6 +81,7 @@ def anthropic_stream(message: Reply) -> list[bytes]:
         if block["type"] in ("thinking", "redacted_thinking"):
             events.extend(_thinking_events(index, block))
             continue
+        opened: Reply  # a text block opens empty; a tool_use block with empty input
         if block["type"] == "text":
             opened, pieces, kind, key = {"type": "text", "text": ""}, block["text"], \
                 "text_delta", "text"
