@@ -285,11 +285,6 @@ class SseObjects:
         if fault is not None:
             raise fault
 
-    async def read(self, content: aiohttp.StreamReader) -> AsyncIterator[tuple[bytes, JsonObject]]:
-        async for batch in self.batches(content):
-            for item in batch:
-                yield item
-
 
 async def _read_upstream(call: GuardedCall, upstream: aiohttp.ClientResponse,
                          assembler: StreamAssembler, out: ClientStream) -> str | None:
