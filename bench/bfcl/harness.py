@@ -167,3 +167,28 @@ def read_scores(project: Path) -> dict[str, tuple[dict[str, Any], dict[str, dict
             continue
         out[category] = (entries[0], {str(e["id"]): e for e in entries[1:] if "id" in e})
     return out
+
+
+def scores_complete(project: Path, categories: list[str]) -> bool:
+    """Whether BFCL's score files already hold a verdict for every answer its result files
+    hold, in each category: `evaluate` would then only write the same files again.
+
+    A category counts when its score header's total_count is the number of saved answers
+    and its failed entries number total_count - correct_count (a score file cut off while
+    written, or one from before the last answers, fails either check).
+    """
+    saved: dict[str, int] = {}
+    for path in result_files(project):
+        category = path.name.removeprefix("BFCL_v4_").removesuffix("_result.json")
+        saved[category] = len({str(e["id"]) for e in _lines(path)})
+    scores = read_scores(project)
+    for category in categories:
+        if category not in scores or category not in saved:
+            return False
+        header, failed = scores[category]
+        total, correct = header.get("total_count"), header.get("correct_count")
+        if not isinstance(total, int) or not isinstance(correct, int):
+            return False
+        if total != saved[category] or len(failed) != total - correct:
+            return False
+    return True

@@ -180,7 +180,10 @@ def _arm(config: CellsConfig, entry: ModelEntry, precision: Precision, arm: Bfcl
             harness.generate(options.root, project, model_id, proxy_url, ids,
                              lambda saved: progress.set(key, _asked_saved(project, ids)),
                              stop=stop)
-    harness.evaluate(options.root, project, list(ids))
+    # Nothing new generated and every saved answer already scored: BFCL's checker would
+    # write the same score files again (~11 s of its CLI's start per arm on a resume).
+    if todo or not harness.scores_complete(project, list(ids)):
+        harness.evaluate(options.root, project, list(ids))
     old_events, skipped = read_events(events, 0)
     new_events, _ = read_events(events, offset)
     by_case = {case: (old_events if case in before else new_events).get(case, [])

@@ -2,7 +2,8 @@
 a scripted upstream on loopback → BFCL's real checker → records → the report.
 
 The upstream is a fake, so everything here is labelled SIMULATED; no model runs. About a
-minute: BFCL's CLI takes ~11 s to start and runs twice per arm (generate, evaluate).
+minute: BFCL's CLI takes ~11 s to start and runs twice per arm (generate, evaluate) in the
+one run the module shares; the resumes start it never (nothing new to generate or score).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from bench.bfcl.harness import HarnessError, bfcl_python
-from bench.bfcl.runner import RunOptions, run
+from bench.bfcl.harness import HarnessError, bfcl_python, scores_complete
+from bench.bfcl.runner import RunOptions, project_root, run
 from bench.report.bfcl_writer import build_bfcl_report
 from bench.tau2.cells import CellsConfig, Endpoint, ModelEntry, Precision
 from tests.fakes.fake_upstream import (
@@ -142,3 +143,52 @@ def test_resume_keeps_records_and_regenerates_nothing(
         again = run(fake_cells(url), options(out, resume=True), simulated=True)
     assert fake.calls == 0
     assert [r.model_dump() for r in again] == [r.model_dump() for r in records]
+
+
+def test_a_resumed_arm_with_every_answer_scored_reads_bfcls_scores_without_evaluating(
+        bfcl_run: tuple[Path, FakeUpstream, list[Any]]) -> None:
+    """The arm's records were lost (a run stopped after BFCL scored it, before they were
+    stored): the resume rebuilds them from BFCL's own result and score files, the same
+    records, and neither generates nor starts BFCL's checker again (its log unchanged)."""
+    out, _, records = bfcl_run
+    cells = fake_cells("http://127.0.0.1:1")  # never asked
+    entry, precision = cells.models[0], cells.models[0].precisions[0]
+    project = project_root(out, entry, precision, "on")
+    assert scores_complete(project, list(CASES))
+    log = (project / "evaluate.log").read_bytes()
+    store = out / "cases.jsonl"
+    kept = store.read_text()
+    store.write_text("".join(line + "\n" for line in kept.splitlines()
+                             if json.loads(line)["arm"] != "on"))
+    try:
+        with threaded_fake(FakeUpstream(default=scripted)) as (fake, url):
+            again = run(fake_cells(url), options(out, resume=True), simulated=True)
+        assert fake.calls == 0
+        assert (project / "evaluate.log").read_bytes() == log
+        on = [r.model_dump() for r in again if r.arm == "on"]
+        assert on == [r.model_dump() for r in records if r.arm == "on"]
+        assert sum(1 for r in again if r.correct and r.arm == "on") == 3  # read from BFCL
+    finally:
+        store.write_text(kept)
+
+
+def test_scores_that_miss_an_answer_are_evaluated_again(
+        bfcl_run: tuple[Path, FakeUpstream, list[Any]], tmp_path: Path) -> None:
+    """A score file from before the last answers, or cut off while written, is not taken
+    as complete: the resume then runs BFCL's checker (the runner's other branch)."""
+    out, _, _ = bfcl_run
+    cells = fake_cells("http://127.0.0.1:1")
+    project = project_root(out, cells.models[0], cells.models[0].precisions[0], "off")
+    copy = tmp_path / "project"
+    subprocess.run(["cp", "-r", str(project), str(copy)], check=True)
+    assert scores_complete(copy, list(CASES))
+    score = next(copy.rglob("BFCL_v4_simple_python_score.json"))
+    lines = score.read_text().splitlines()
+    assert len(lines) == 2  # the header and simple_python_1, failed in observe mode
+    score.write_text(lines[0] + "\n")  # its failed entry lost
+    assert not scores_complete(copy, list(CASES))
+    header = json.loads(lines[0])
+    score.write_text(json.dumps({**header, "total_count": 1, "correct_count": 1}) + "\n")
+    assert not scores_complete(copy, list(CASES))  # scored before simple_python_1 was saved
+    score.unlink()
+    assert not scores_complete(copy, list(CASES))
