@@ -7,7 +7,8 @@ driven in alternating rounds at each concurrency, per dialect and scene:
   released at once; `code`: a fenced block, which reflexguard holds);
 - hold: from the upstream's last byte (its own CLOCK_MONOTONIC stamp) to the client's last
   byte (`call`: a ~2 KB valid tool call, which reflexguard holds until it is whole).
-Printed as p50/p99, added over direct, and reflexguard's added as a ratio to the minimal's;
+Printed as p50/p99, added over direct, and reflexguard's added as a ratio to the minimal's,
+then each server's own CPU per stream (from /proc), which the machine's load moves least;
 with `--against DIR`, also a copy of reflexguard imported from DIR (`rg@copy`: before/after
 in one run). Never asserted: only ratios of the same run mean anything on a shared machine.
 """
