@@ -2,11 +2,15 @@
 
 Each test starts the real command line (`python -m reflexguard serve --workers 2`), reads
 its JSON log from stderr, and talks to it over fresh connections (urllib opens one per
-request), so the kernel's SO_REUSEPORT hashing spreads them over the workers.
+request), so the kernel's SO_REUSEPORT hashing spreads them over the workers. A pool's start
+costs seconds of imports per worker, so checks that can follow one another on one pool share
+it (each test's docstring says which), and an upstream that must stay busy is held by an
+event, released when the test ends, rather than by a delay its shutdown would wait out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,16 +18,17 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
 from pydantic import SecretStr
 
 from reflexguard.cli.errors import CliError
@@ -39,6 +44,21 @@ VALID = Scripted(completion=tool_call_completion(
     "get_order_details", {"order_id": "#W1234567", "detail": "full"}))
 WAIT = 60.0  # generous: a bound on a hang, not a measure of speed
 MAX_TRIES = 64  # fresh connections until every worker has answered; 2**-63 to miss one
+
+
+@dataclass
+class HeldUpstream(FakeUpstream):
+    """The fake, holding its first request until `release` is set: `arrived` says the
+    upstream has it, and nothing answers it until the test says so."""
+
+    arrived: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        if not self.arrived.is_set():
+            self.arrived.set()
+            await asyncio.get_running_loop().run_in_executor(None, self.release.wait, WAIT)
+        return await super().chat(request)
 
 
 class Served:
@@ -138,14 +158,6 @@ def served(upstream: str, *flags: str) -> Iterator[Served]:
             server.process.wait(WAIT)
 
 
-def poll(condition: Callable[[], bool]) -> None:
-    """Until `condition` holds (state in another thread or process, with nothing to wait on)."""
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.02)
-
-
 def sample(metrics: str, prefix: str) -> float:
     """The sum of every series whose line starts with `prefix`."""
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
@@ -156,28 +168,21 @@ OK_CALLS = 'reflexguard_tool_calls_total{channel="ok"'
 RESTARTS = 'reflexguard_fallbacks_total{kind="worker_restarted"}'
 
 
-def test_two_workers_share_the_port_and_one_metrics_view(tmp_path: Path) -> None:
+def test_two_workers_share_the_port_one_metrics_view_and_a_killed_one_is_restarted(
+        tmp_path: Path) -> None:
+    """One pool, in order: (1) two workers share the port and any scrape shows the sum over
+    both, every answer one attempt event; (2) a SIGKILLed worker is restarted, the port and
+    the new worker answer, and the counts from before the kill remain in the metrics."""
     events = tmp_path / "events.jsonl"
     with threaded_fake(FakeUpstream(default=VALID)) as (_, url), \
             served(url, "--workers", "2", "--events", str(events)) as server:
-        assert len(set(server.started().values())) == 2
+        pids = server.started()
+        assert len(set(pids.values())) == 2
         sent = server.until_every_worker_answered()
         # Whichever worker answers the scrape, it shows the sum over both.
         scrapes = {sample(server.metrics(), OK_CALLS) for _ in range(8)}
         assert scrapes == {float(sent)}
-        assert server.stop() == 0
-    lines = events.read_text().splitlines()
-    attempts = [json.loads(line) for line in lines if '"event":"attempt"' in line]
-    assert len(attempts) == sent
-
-
-def test_a_killed_worker_is_restarted_and_counts_before_the_kill_remain(
-        tmp_path: Path) -> None:
-    events = tmp_path / "events.jsonl"
-    with threaded_fake(FakeUpstream(default=VALID)) as (_, url), \
-            served(url, "--workers", "2", "--events", str(events)) as server:
-        victim = server.started()[0]
-        before = server.until_every_worker_answered()
+        victim = pids[0]
         os.kill(victim, signal.SIGKILL)
         restarted = server.wait_for(lambda r: r.get("kind") == "worker_restarted")
         assert (restarted["worker"], restarted["pid"], restarted["exit_code"]) == \
@@ -186,25 +191,26 @@ def test_a_killed_worker_is_restarted_and_counts_before_the_kill_remain(
                         and r["pid"] != victim)
         after = server.until_worker_answers("0")  # the port answers, the new worker too
         metrics = server.metrics()
-        assert sample(metrics, OK_CALLS) == before + after
+        assert sample(metrics, OK_CALLS) == sent + after
         assert sample(metrics, RESTARTS) == 1.0
         assert server.stop() == 0
     recorded = [json.loads(line) for line in events.read_text().splitlines()]
+    assert len([r for r in recorded if r.get("event") == "attempt"]) == sent + after
     assert [r["exit_code"] for r in recorded if r.get("kind") == "worker_restarted"] == \
         [-signal.SIGKILL]
 
 
 def test_sigterm_drains_a_request_in_flight() -> None:
-    slow = Scripted(completion=VALID.completion, delay=2.0)
-    fake = FakeUpstream(script=[slow], default=VALID)
+    fake = HeldUpstream(default=VALID)
     with threaded_fake(fake) as (_, url), served(url, "--workers", "2") as server:
         server.started()
         answers: list[tuple[int, str | None, dict[str, Any]]] = []
         client = threading.Thread(target=lambda: answers.append(server.post()))
         client.start()
-        poll(lambda: fake.calls == 1 or bool(answers))  # the upstream holds it
-        assert fake.calls == 1 and not answers
+        assert fake.arrived.wait(WAIT) and not answers  # the upstream holds it
         server.process.send_signal(signal.SIGTERM)
+        server.wait_for(lambda r: r.get("event") == "draining")
+        fake.release.set()  # answered only once the pool drains
         client.join(WAIT)
         assert server.stop() == 0
     status, _, body = answers[0]
@@ -215,9 +221,8 @@ def test_sigterm_drains_a_request_in_flight() -> None:
 
 
 def test_a_request_past_the_grace_is_cut_and_the_pool_still_stops() -> None:
-    # The upstream would answer after 8 s; the workers may drain for 1 s only.
-    fake = FakeUpstream(script=[Scripted(completion=VALID.completion, delay=8.0)],
-                        default=VALID)
+    # The upstream answers only once the pool has stopped; the workers may drain for 1 s.
+    fake = HeldUpstream(default=VALID)
     with threaded_fake(fake) as (_, url), \
             served(url, "--workers", "2", "--worker-grace", "1") as server:
         server.started()
@@ -231,10 +236,11 @@ def test_a_request_past_the_grace_is_cut_and_the_pool_still_stops() -> None:
 
         client = threading.Thread(target=call)
         client.start()
-        poll(lambda: fake.calls == 1)
+        assert fake.arrived.wait(WAIT)
         server.process.send_signal(signal.SIGTERM)
         assert server.stop() == 0
         client.join(WAIT)
+        fake.release.set()
     assert outcome and outcome[0] != 200, outcome
 
 
@@ -251,7 +257,12 @@ def test_workers_need_an_upstream() -> None:
     assert len(lines) == 1 and "--workers needs --upstream" in lines[0], result.stderr
 
 
-def test_a_port_held_elsewhere_is_one_line_and_a_second_pool_cannot_join() -> None:
+def test_a_port_held_elsewhere_is_one_line_a_second_pool_cannot_join_and_a_stuck_worker_is_killed(
+        ) -> None:
+    """(1) a port another socket holds: one line, exit 2, no pool; then one pool with a
+    1 s grace, in order: (2) a second pool on its port cannot join (one line, no
+    traceback); (3) a worker that ignores the drain (SIGSTOPped) is killed after the grace,
+    not restarted, and the pool exits 0."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -260,13 +271,18 @@ def test_a_port_held_elsewhere_is_one_line_and_a_second_pool_cannot_join() -> No
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and "cannot listen" in lines[0], lines
     with threaded_fake(FakeUpstream(default=VALID)) as (_, url), \
-            served(url, "--workers", "2") as first:
-        first.started()
+            served(url, "--workers", "2", "--worker-grace", "1") as first:
+        stuck = first.started()[1]
         second = run_cli("serve", "--upstream", url, "--workers", "2",
                          "--port", str(first.port))
         assert second.returncode == 2 and "cannot listen" in second.stderr
         assert "Traceback" not in second.stderr
+        assert first.post()[0] == 200  # the first pool still answers
+        os.kill(stuck, signal.SIGSTOP)  # a stopped process cannot act on SIGTERM
         assert first.stop() == 0
+    killed = [r for r in first.records if r.get("kind") == "worker_killed_after_grace"]
+    assert [(r["worker"], r["pid"]) for r in killed] == [(1, stuck)]
+    assert not any(r.get("kind") == "worker_restarted" for r in first.records)
 
 
 def test_one_worker_is_the_single_process_path() -> None:
@@ -299,17 +315,6 @@ def test_settings_reach_a_worker_whole_secrets_included(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _no_inherited_metrics_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-
-
-def test_a_worker_that_ignores_the_drain_is_killed_after_the_grace() -> None:
-    with threaded_fake(FakeUpstream(default=VALID)) as (_, url), \
-            served(url, "--workers", "2", "--worker-grace", "1") as server:
-        stuck = server.started()[1]
-        os.kill(stuck, signal.SIGSTOP)  # a stopped process cannot act on SIGTERM
-        assert server.stop() == 0
-    killed = [r for r in server.records if r.get("kind") == "worker_killed_after_grace"]
-    assert [(r["worker"], r["pid"]) for r in killed] == [(1, stuck)]
-    assert not any(r.get("kind") == "worker_restarted" for r in server.records)
 
 
 def test_the_reserved_port_hands_every_connection_to_the_listening_workers() -> None:
