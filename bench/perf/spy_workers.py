@@ -79,8 +79,9 @@ def workers_of(root: int, guard: bool) -> list[int]:
     pids = descendants(root)
     if not guard:
         return pids
-    return [pid for pid in pids if b"reflexguard.cli.worker" in
-            Path(f"/proc/{pid}/cmdline").read_bytes()]
+    workers = [pid for pid in pids if b"reflexguard.cli.worker" in
+               Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return workers or [root]  # `--workers 1` serves in the one process
 
 
 def where(frame: str) -> str:
