@@ -1,7 +1,8 @@
 """The LiteLLM guardrail inside a real LiteLLM proxy process, in front of the fake upstream.
 
-One proxy for the module (it takes about 15 s to start); the fake's script is reset per
-test. reflexguard's events file is how the test sees reflexguard's own counts.
+One proxy for the module, started when collection ended (tests/integrations/proxies.py:
+its start, 15-45 s, passes beside the tests before); the fake's script is reset per test.
+reflexguard's events file is how the test sees reflexguard's own counts.
 """
 
 from __future__ import annotations
@@ -14,43 +15,26 @@ from typing import Any
 
 import openai
 import pytest
-import yaml
 
-from bench.perf.litellm_proxy import litellm_proxy
 from reflexguard.integrations.litellm import REPAIR_TAG
 from tests.api.test_openai_guard import GOOD, _request, _script
-from tests.fakes.doc_snippets import EXAMPLE_UPSTREAM, fenced, wrong_once
+from tests.fakes.doc_snippets import fenced, wrong_once
 from tests.fakes.fake_upstream import FakeUpstream, tool_call_completion
-from tests.fakes.threaded_upstream import threaded_fake
+from tests.integrations import proxies
+from tests.integrations.proxies import MASTER_KEY
 
 pytestmark = pytest.mark.litellm_proxy
-REPO = Path(__file__).resolve().parents[2]
 
 
-MASTER_KEY = "sk-reflexguard-test"
 MODEL = "qwen"  # the model group of the config in docs/litellm.md
 EXAMPLE_PROXY = "http://127.0.0.1:4000/v1"
 
 
-def docs_config(upstream: str) -> str:
-    """docs/litellm.md's config.yaml, pointed at the fake, plus a logging probe."""
-    text = fenced("litellm.md", "yaml")[0]
-    assert EXAMPLE_UPSTREAM in text
-    config = yaml.safe_load(text.replace(EXAMPLE_UPSTREAM, upstream))
-    config["litellm_settings"] = {"callbacks": ["tests.fakes.litellm_log_probe.probe"]}
-    return str(yaml.safe_dump(config))
-
-
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeUpstream, str, Path]]:
-    workdir = tmp_path_factory.mktemp("litellm")
-    events = workdir / "events.jsonl"
-    env = {"REFLEXGUARD_EVENTS": str(events), "PYTHONPATH": str(REPO),
-           "LITELLM_MASTER_KEY": MASTER_KEY,
-           "REFLEXGUARD_TEST_LITELLM_LOG": str(workdir / "litellm-log.jsonl")}
-    with threaded_fake() as (fake, upstream), litellm_proxy(
-            upstream, workdir, env=env, config_text=docs_config(upstream)) as url:
-        yield fake, url, events
+def gateway() -> Iterator[tuple[FakeUpstream, str, Path]]:
+    """docs/litellm.md's config (proxies.docs_config) with reflexguard's events file on."""
+    started = proxies.gateway("docs")
+    yield started.fake, started.url(), started.events
 
 
 @pytest.fixture

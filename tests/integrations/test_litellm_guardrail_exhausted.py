@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import openai
 import pytest
 
-from bench.perf.litellm_proxy import litellm_proxy
 from tests.api.test_openai_guard import GOOD, _request
 from tests.fakes.fake_upstream import Scripted, tool_call_completion
-from tests.fakes.threaded_upstream import threaded_fake
+from tests.integrations import proxies
 
 pytestmark = pytest.mark.litellm_proxy
 
 
-def test_exhausted_ladder_becomes_an_error_response(tmp_path: Path) -> None:
-    with threaded_fake() as (fake, upstream), litellm_proxy(
-            upstream, tmp_path, max_repairs=1, on_exhausted="error") as url:
-        fake.default = Scripted(completion=tool_call_completion("get_order", GOOD))
-        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
-        with pytest.raises(openai.APIStatusError) as caught:
-            client.chat.completions.create(model="m", **_request())
+def test_exhausted_ladder_becomes_an_error_response() -> None:
+    # The guardrail with max_repairs=1 and on_exhausted=error, its own fake upstream;
+    # started when collection ended (tests/integrations/proxies.py).
+    started = proxies.gateway("exhausted")
+    fake, url = started.fake, started.url()
+    fake.default = Scripted(completion=tool_call_completion("get_order", GOOD))
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="m", **_request())
     assert fake.calls == 2
     assert "no valid tool call in 2 attempts" in str(caught.value)
     assert caught.value.status_code == 500  # LiteLLM's answer to a raising post_call hook
