@@ -105,6 +105,8 @@ def assert_repaired(fake: FakeUpstream, output: str, streamed: bool) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """pip's resolution for test_metadata.py starts now, when that test is to run: its
     minute of waits on the package index then passes beside the tests before it."""
+    if session.config.option.collectonly:
+        return
     if any(item.nodeid.endswith("test_metadata.py::test_reflexguard_resolves_beside_current_"
                                 "frameworks") for item in session.items):
         resolution.start()

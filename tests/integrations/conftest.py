@@ -18,6 +18,8 @@ USES = {"test_litellm_guardrail.py": "docs", "test_litellm_guardrail_exhausted.p
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
     wanted = {USES[item.path.name] for item in session.items
               if item.path.name in USES and item.get_closest_marker("litellm_proxy")}
     for name in sorted(wanted):

@@ -3,7 +3,8 @@ a scripted upstream on loopback → BFCL's real checker → records → the repo
 
 The upstream is a fake, so everything here is labelled SIMULATED; no model runs. About a
 minute: BFCL's CLI takes ~11 s to start and runs twice per arm (generate, evaluate) in the
-one run the module shares; the resumes start it never (nothing new to generate or score).
+one run the module shares, made in its own process from the end of collection on
+(pipeline_run.py); the resumes start it never (nothing new to generate or score).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import pytest
 
 from bench.bfcl.harness import HarnessError, bfcl_python, scores_complete
 from bench.bfcl.runner import RunOptions, project_root, run
-from bench.report.bfcl_writer import build_bfcl_report
+from bench.bfcl.store import CaseStore
 from bench.tau2.cells import CellsConfig, Endpoint, ModelEntry, Precision
+from tests.bench.bfcl import pipeline_run
 from tests.fakes.fake_upstream import (
     FakeUpstream,
     Scripted,
@@ -68,16 +70,19 @@ def options(out: Path, resume: bool = False) -> RunOptions:
 
 
 @pytest.fixture(scope="module")
-def bfcl_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, FakeUpstream, list[Any]]:
+def bfcl_run() -> tuple[Path, FakeUpstream, list[Any]]:
+    """The run's folder, a fake holding the requests the run's fake received, and the
+    records run() stored (what it returns: CaseStore.load of the same file)."""
     try:
         bfcl_python(ROOT)
     except HarnessError as exc:
         pytest.fail(f"{exc} (scripts/test.sh does)")
-    out = tmp_path_factory.mktemp("bfcl")
-    with threaded_fake(FakeUpstream(default=scripted)) as (fake, url):
-        records = run(fake_cells(url), options(out), simulated=True)
-    build_bfcl_report(out)
-    return out, fake, records
+    started = pipeline_run.start()  # when collection ended (conftest.py), or now
+    code, output = started.wait()
+    assert code == 0, output
+    fake = FakeUpstream(default=scripted)
+    fake.requests.extend(started.requests())
+    return started.out, fake, CaseStore(started.out / "cases.jsonl").load()
 
 
 def test_bfcl_checker_scores_what_reflexguard_returned(
