@@ -165,6 +165,37 @@ _STAND_IN = f"\x00reflexguard-tools-{secrets.token_hex(16)}"
 _STAND_IN_JSON = orjson.dumps(_STAND_IN)
 
 
+def tools_value_at(raw: bytes) -> int | None:
+    """Where the value of the body's first `"tools"` begins (past its colon and any JSON
+    whitespace); None when that first `"tools"` is followed by no colon (not a key)."""
+    key = raw.find(TOOLS_KEY)
+    if key < 0:
+        return None
+    at = key + len(TOOLS_KEY)
+    while at < len(raw) and raw[at] in JSON_SPACE:
+        at += 1
+    if raw[at:at + 1] != b":":
+        return None
+    at += 1
+    while at < len(raw) and raw[at] in JSON_SPACE:
+        at += 1
+    return at
+
+
+def fields_around(raw: bytes, at: int, tools: bytes, max_depth: int) -> JsonObject | None:
+    """The body parsed and depth-checked with the `tools` bytes at `at` replaced by the
+    stand-in, null in their place; None unless the stand-in came back as the body's own
+    `tools` value (then the list stood there) or when the rest does not parse."""
+    try:
+        fields = parse_body(raw[:at] + _STAND_IN_JSON + raw[at + len(tools):], max_depth)
+    except BadRequest:
+        return None
+    if fields.get("tools") != _STAND_IN:
+        return None
+    fields["tools"] = None
+    return fields
+
+
 def known_tools(raw: bytes, cache: ToolSetCache, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
                 ) -> tuple[JsonObject, bytes, int] | None:
     """(the body without its tools, parsed and depth-checked, null in their place; the
@@ -175,30 +206,16 @@ def known_tools(raw: bytes, cache: ToolSetCache, max_depth: int = DEFAULT_MAX_JS
     leading bytes and compared, and only the rest is parsed. Any doubt (a `"tools"`
     elsewhere first, a list not held, a body that does not parse) is a None, never an
     error: the full reading gives those."""
-    key = raw.find(TOOLS_KEY)
-    if key < 0:
+    at = tools_value_at(raw)
+    if at is None:
         return None
-    at = key + len(TOOLS_KEY)
-    while raw[at:at + 1] in JSON_SPACE and at < len(raw):
-        at += 1
-    if raw[at:at + 1] != b":":
-        return None
-    at += 1
-    while raw[at:at + 1] in JSON_SPACE and at < len(raw):
-        at += 1
     for tools in cache.known_lists(raw[at:at + KEY_PREFIX]):
         if raw.startswith(tools, at):
             break
     else:
         return None
-    try:
-        fields = parse_body(raw[:at] + _STAND_IN_JSON + raw[at + len(tools):], max_depth)
-    except BadRequest:
-        return None
-    if fields.get("tools") != _STAND_IN:
-        return None
-    fields["tools"] = None
-    return fields, tools, at
+    fields = fields_around(raw, at, tools, max_depth)
+    return None if fields is None else (fields, tools, at)
 
 
 def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,

@@ -8,7 +8,6 @@ writes the ladder's re-asks in its own form. The core never learns which dialect
 from __future__ import annotations
 
 import json
-import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,14 +28,14 @@ from reflexguard.core.toolset import (
 )
 from reflexguard.core.validate import CallRules
 from reflexguard.dialects.chat_request import (
-    JSON_SPACE,
-    TOOLS_KEY,
     ChatRequest,
     GroundingPolicy,
+    fields_around,
     parse_body,
     regrounded,
     request_of,
     split_tools,
+    tools_value_at,
 )
 
 DialectName = Literal["chat", "messages", "responses"]
@@ -118,12 +117,6 @@ MIN_SPLIT_BYTES = 512  # below this, reading the whole body costs less than spli
 KNOWN_TOOLS_ENTRIES = 16
 KNOWN_TOOLS_MAX_BYTES = 128 * 1024  # a longer list is read in full each time: 2 MiB held
 LISTS_PER_PREFIX = 8  # known lists sharing their first KEY_PREFIX bytes, by prefix
-# What a known list is replaced with before the rest is parsed, as chat_request.known_tools
-# does: a string no client can send but by guessing 128 random bits, so finding it as the
-# body's own `tools` proves the list stood there (not in a message, not under a key that
-# orjson reads before a later `tools`).
-_STAND_IN = f"\x00reflexguard-native-tools-{secrets.token_hex(16)}"
-_STAND_IN_JSON = orjson.dumps(_STAND_IN)
 
 
 @dataclass(frozen=True)
@@ -163,17 +156,9 @@ class KnownTools:
              grounding: GroundingPolicy, max_depth: int) -> DialectRequest | None:
         """The request, when the body's first `"tools":` is followed by a list held here;
         else None (nothing is refused here: the split or the full reading reads it)."""
-        at = raw.find(TOOLS_KEY)
-        if at < 0:
+        at = tools_value_at(raw)
+        if at is None:
             return None
-        at += len(TOOLS_KEY)
-        while at < len(raw) and raw[at] in JSON_SPACE:
-            at += 1
-        if raw[at:at + 1] != b":":
-            return None
-        at += 1
-        while at < len(raw) and raw[at] in JSON_SPACE:
-            at += 1
         for tools in self._by_prefix.get((dialect.name, raw[at:at + KEY_PREFIX]), ()):
             if raw.startswith(tools, at):
                 break
@@ -183,13 +168,9 @@ class KnownTools:
         known = self._known.get(key)
         if known is None:  # learned under another depth limit
             return None
-        try:
-            fields = parse_body(raw[:at] + _STAND_IN_JSON + raw[at + len(tools):], max_depth)
-        except BadRequest:
+        fields = fields_around(raw, at, tools, max_depth)
+        if fields is None:
             return None
-        if fields.get("tools") != _STAND_IN:
-            return None
-        fields["tools"] = None
         self._known.move_to_end(key)
         return self._request(fields, known, dialect, cache, grounding)
 
