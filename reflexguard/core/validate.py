@@ -22,7 +22,7 @@ from reflexguard.core.channels import Channel
 from reflexguard.core.extract import extract_calls
 from reflexguard.core.grounding import GroundingSources, ungrounded_values
 from reflexguard.core.model import CallVerdict, JsonObject, Reply, ToolCall, ToolChoice, Verdict
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.toolset import ToolSet, ToolSpec
 
 MAX_ERRORS_REPORTED = 4
 
@@ -131,7 +131,7 @@ def clean_tool_calls(completion: JsonObject, rules: CallRules) -> tuple[str, ...
     only "read it in full", never "invalid". Most answers are clean: this reads them
     without building a Reply or a Verdict per call (docs/performance.md, "The clean
     answer"). tests/core/test_clean_calls.py holds it to validate_reply."""
-    if rules.grounding is not None or rules.tool_choice.mode == "none":
+    if not shortcut_applies(rules):
         return None
     choices = completion.get("choices")
     if not isinstance(choices, list) or not choices:
@@ -148,17 +148,37 @@ def clean_tool_calls(completion: JsonObject, rules: CallRules) -> tuple[str, ...
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict):
                 return None
-            name, arguments = function.get("name"), function.get("arguments")
-            spec = rules.toolset.specs.get(name) if isinstance(name, str) else None
-            if spec is None or not isinstance(arguments, str):
-                return None
-            if rules.tool_choice.mode == "named" and name != rules.tool_choice.name:
-                return None
-            try:
-                parsed = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                return None
-            if not isinstance(parsed, dict) or not spec.accepts(parsed):
+            spec = clean_spec(function.get("name"), rules)
+            if spec is None or not accepts_json(spec, function.get("arguments")):
                 return None
             names.append(spec.name)
     return tuple(names)
+
+
+def shortcut_applies(rules: CallRules) -> bool:
+    """The rules under which a clean-answer shortcut may answer at all: grounding reads
+    every value against the conversation, and tool_choice "none" makes any call a
+    violation, so both are left to the full reading."""
+    return rules.grounding is None and rules.tool_choice.mode != "none"
+
+
+def clean_spec(name: object, rules: CallRules) -> ToolSpec | None:
+    """The offered tool `name` calls, when the request's tool_choice allows calling it
+    (the clean-answer shortcuts' test of a call's name, chat's and the native dialects')."""
+    spec = rules.toolset.specs.get(name) if isinstance(name, str) else None
+    if spec is None:
+        return None
+    if rules.tool_choice.mode == "named" and spec.name != rules.tool_choice.name:
+        return None
+    return spec
+
+
+def accepts_json(spec: ToolSpec, arguments: object) -> bool:
+    """`arguments` is a JSON string of an object `spec` accepts (the shortcuts' test)."""
+    if not isinstance(arguments, str):
+        return False
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and spec.accepts(parsed)

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import orjson
-
 from reflexguard.core.model import JsonObject
-from reflexguard.core.toolset import ToolSpec
-from reflexguard.core.validate import CallRules
+from reflexguard.core.validate import CallRules, accepts_json, clean_spec, shortcut_applies
 
 # A native reply -> the names of its calls when all are clean, else None.
 CleanCalls = Callable[[JsonObject, CallRules], tuple[str, ...] | None]
@@ -33,23 +30,6 @@ MESSAGES_PASSIVE = frozenset({"text", "thinking", "redacted_thinking"})
 RESPONSES_PASSIVE = frozenset({"message", "reasoning"})
 
 
-def _applies(rules: CallRules) -> bool:
-    """The rules under which chat's shortcut may answer at all (validate.clean_tool_calls):
-    grounding reads every value against the conversation, and tool_choice "none" makes any
-    call a violation, so both are left to the full reading."""
-    return rules.grounding is None and rules.tool_choice.mode != "none"
-
-
-def _clean_spec(name: object, rules: CallRules) -> ToolSpec | None:
-    """The offered tool `name` calls, when the request's tool_choice allows calling it."""
-    spec = rules.toolset.specs.get(name) if isinstance(name, str) else None
-    if spec is None:
-        return None
-    if rules.tool_choice.mode == "named" and spec.name != rules.tool_choice.name:
-        return None
-    return spec
-
-
 def _settled(names: list[str], rules: CallRules) -> tuple[str, ...] | None:
     if not names or (len(names) > 1 and not rules.parallel_tool_calls):
         return None
@@ -58,7 +38,7 @@ def _settled(names: list[str], rules: CallRules) -> tuple[str, ...] | None:
 
 def clean_messages_calls(message: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
     """A Messages reply whose tool_use blocks are all clean: their names, else None."""
-    if not _applies(rules):
+    if not shortcut_applies(rules):
         return None
     content = message.get("content")
     if not isinstance(content, list):
@@ -69,7 +49,7 @@ def clean_messages_calls(message: JsonObject, rules: CallRules) -> tuple[str, ..
             return None
         kind = block.get("type")
         if kind == "tool_use":
-            spec = _clean_spec(block.get("name"), rules)
+            spec = clean_spec(block.get("name"), rules)
             arguments = block.get("input")
             # `input` is the parsed object the full reading writes back to JSON and reads
             # again (messages.completion_of): parse_completion read it with orjson, so the
@@ -84,7 +64,7 @@ def clean_messages_calls(message: JsonObject, rules: CallRules) -> tuple[str, ..
 
 def clean_responses_calls(response: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
     """A Responses reply whose function_call items are all clean: their names, else None."""
-    if not _applies(rules):
+    if not shortcut_applies(rules):
         return None
     output = response.get("output")
     if not isinstance(output, list):
@@ -95,15 +75,8 @@ def clean_responses_calls(response: JsonObject, rules: CallRules) -> tuple[str, 
             return None
         kind = item.get("type")
         if kind == "function_call":
-            spec = _clean_spec(item.get("name"), rules)
-            arguments = item.get("arguments")
-            if spec is None or not isinstance(arguments, str):
-                return None
-            try:
-                parsed = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                return None
-            if not isinstance(parsed, dict) or not spec.accepts(parsed):
+            spec = clean_spec(item.get("name"), rules)
+            if spec is None or not accepts_json(spec, item.get("arguments")):
                 return None
             names.append(spec.name)
         elif kind not in RESPONSES_PASSIVE:
