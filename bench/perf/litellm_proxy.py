@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,11 @@ from typing import Any
 import httpx
 import yaml
 
+from reflexguard.ops.loopback import free_port
+
 LITELLM = Path(sys.executable).with_name("litellm")
 GUARDRAIL = "reflexguard.integrations.litellm.ReflexGuardrail"
 START_TIMEOUT = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def proxy_config(upstream: str, guarded: bool, callbacks: list[str] | None = None,
@@ -56,27 +50,42 @@ def litellm_proxy(upstream: str, workdir: Path, guarded: bool = True,
     config.write_text(config_text if config_text is not None else yaml.safe_dump(
         proxy_config(upstream, guarded, callbacks, **guardrail_params)))
     port = free_port()
-    log = (workdir / "litellm.log").open("wb")
-    process = subprocess.Popen(
-        [str(LITELLM), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})},
-    )
+    process = start_litellm(config, port, workdir / "litellm.log", env or {})
     try:
-        _wait_live(f"http://127.0.0.1:{port}", process, workdir / "litellm.log")
+        wait_live(f"http://127.0.0.1:{port}", process, workdir / "litellm.log")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
+        stop_litellm(process)
+
+
+def start_litellm(config: Path, port: int, log: Path,
+                  env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The venv's `litellm` serving `config` on loopback `port`, in a session of its own
+    (its workers are stopped with it), output to `log`."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(LITELLM), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env})
+
+
+def stop_litellm(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the proxy's session, SIGKILL after 15 s."""
+    if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
-        log.close()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5)
 
 
-def _wait_live(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
+def wait_live(base: str, process: subprocess.Popen[bytes], log: Path,
+              timeout_s: float = START_TIMEOUT) -> None:
+    """Until LiteLLM's liveness check answers 200; a RuntimeError with the log's tail if the
+    process exits or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"litellm exited ({process.returncode}):\n"
@@ -87,5 +96,5 @@ def _wait_live(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
         except httpx.HTTPError:
             pass
         time.sleep(0.25)
-    raise RuntimeError(f"litellm did not start in {START_TIMEOUT:g} s:\n"
+    raise RuntimeError(f"litellm did not start in {timeout_s:g} s:\n"
                        f"{log.read_text(errors='replace')[-3000:]}")

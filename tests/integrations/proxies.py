@@ -6,25 +6,21 @@ at the end of collection they pass beside the tests collected before them (on a 
 machine pytest keeps one core busy) instead of in front of the tests that use them. Each
 configuration is started once per session and stopped at its end; a test waits until its
 proxy answers LiteLLM's liveness check. Commands, configurations and environments are those
-`bench.perf.litellm_proxy.litellm_proxy` uses.
+`bench.perf.litellm_proxy` uses (its start_litellm, wait_live and stop_litellm).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import yaml
 
-from bench.perf.litellm_proxy import LITELLM, proxy_config
+from bench.perf.litellm_proxy import proxy_config, start_litellm, stop_litellm, wait_live
 from reflexguard.ops.loopback import free_port
 from tests.fakes.doc_snippets import EXAMPLE_UPSTREAM, fenced
 from tests.fakes.fake_upstream import FakeUpstream
@@ -58,20 +54,9 @@ class Gateway:
 
     def url(self) -> str:
         """The proxy's base URL (ending in /v1), once LiteLLM says it is live."""
-        base, log = f"http://127.0.0.1:{self.port}", self.workdir / "litellm.log"
-        deadline = time.monotonic() + LIVE_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"litellm exited ({self.process.returncode}):\n"
-                                   f"{log.read_text(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(f"{base}/health/liveliness", timeout=1).status_code == 200:
-                    return f"{base}/v1"
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"litellm did not start in {LIVE_TIMEOUT_S:g} s:\n"
-                           f"{log.read_text(errors='replace')[-3000:]}")
+        base = f"http://127.0.0.1:{self.port}"
+        wait_live(base, self.process, self.workdir / "litellm.log", LIVE_TIMEOUT_S)
+        return f"{base}/v1"
 
 
 _gateways: dict[str, Gateway] = {}
@@ -100,25 +85,10 @@ def gateway(name: str) -> Gateway:
     text, env = _config(name, upstream, workdir)
     (workdir / "litellm.yaml").write_text(text)
     port = free_port()
-    with (workdir / "litellm.log").open("wb") as log:
-        process = subprocess.Popen(
-            [str(LITELLM), "--config", str(workdir / "litellm.yaml"), "--host", "127.0.0.1",
-             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env})
-    _stack.callback(_stop, process)
+    process = start_litellm(workdir / "litellm.yaml", port, workdir / "litellm.log", env)
+    _stack.callback(stop_litellm, process)
     _gateways[name] = Gateway(fake, workdir, process, port)
     return _gateways[name]
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(5)
 
 
 def stop_all() -> None:
