@@ -8,12 +8,11 @@ is. A resolution nobody waited for is killed when the session ends.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.fakes.background import Background, launch
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 540.0  # pip's resolution may backtrack; a bound on a hang
@@ -32,23 +31,10 @@ EXCLUDED = {"litellm": ("1.82.7", "1.82.8")}
 
 
 @dataclass
-class Resolution:
-    process: subprocess.Popen[bytes]
-    directory: Path
-
+class Resolution(Background):
     @property
     def report(self) -> Path:
         return self.directory / "report.json"
-
-    def wait(self) -> tuple[int, str]:
-        """pip's exit status and the tail of its output (stdout and stderr together)."""
-        try:
-            code = self.process.wait(TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-        return code, (self.directory / "pip.log").read_text(errors="replace")[-6000:]
 
 
 _started: list[Resolution] = []
@@ -58,23 +44,16 @@ def start() -> Resolution:
     """The resolution, started once per session (later calls return the same one)."""
     if _started:
         return _started[0]
-    directory = Path(tempfile.mkdtemp(prefix="rg-resolution-"))
     wanted = [f"{name}>={floor}" + "".join(f",!={bad}" for bad in EXCLUDED.get(name, ()))
               for name, floor in FRAMEWORKS.items()]
-    with (directory / "pip.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-             "--quiet", "--report", str(directory / "report.json"), str(ROOT), *wanted],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    _started.append(Resolution(process, directory))
+    _started.append(launch(Resolution, "rg-resolution-", "pip.log", TIMEOUT_S, lambda d: [
+        sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+        "--report", str(d / "report.json"), str(ROOT), *wanted]))
     return _started[0]
 
 
 def stop() -> None:
     """At the session's end: a resolution still running is killed, its files removed."""
     for resolution in _started:
-        if resolution.process.poll() is None:
-            resolution.process.kill()
-            resolution.process.wait()
-        shutil.rmtree(resolution.directory, ignore_errors=True)
+        resolution.stop()
     _started.clear()

@@ -12,35 +12,21 @@ folder, whose files the report test rebuilds).
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.fakes.background import Background, launch
 
 ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 900.0  # a bound on a hang: each BFCL command has its own (bench/bfcl/harness.py)
 
 
 @dataclass
-class Started:
-    process: subprocess.Popen[bytes]
-    directory: Path
-
+class Started(Background):
     @property
     def out(self) -> Path:
         return self.directory / "bfcl"
-
-    def wait(self) -> tuple[int, str]:
-        """The run's exit status and the tail of its output."""
-        try:
-            code = self.process.wait(TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-        return code, (self.directory / "run.log").read_text(errors="replace")[-6000:]
 
     def requests(self) -> list[dict[str, object]]:
         loaded: list[dict[str, object]] = json.loads(
@@ -54,22 +40,15 @@ _started: list[Started] = []
 def start() -> Started:
     """The run, started once per session (later calls return the same one)."""
     if not _started:
-        directory = Path(tempfile.mkdtemp(prefix="rg-bfcl-pipeline-"))
-        with (directory / "run.log").open("wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tests.bench.bfcl.pipeline_run", str(directory)],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        _started.append(Started(process, directory))
+        _started.append(launch(Started, "rg-bfcl-pipeline-", "run.log", TIMEOUT_S, lambda d: [
+            sys.executable, "-m", "tests.bench.bfcl.pipeline_run", str(d)], cwd=ROOT))
     return _started[0]
 
 
 def stop_all() -> None:
     """At the session's end: a run nobody waited for is killed, its files removed."""
     for started in _started:
-        if started.process.poll() is None:
-            started.process.kill()
-            started.process.wait()
-        shutil.rmtree(started.directory, ignore_errors=True)
+        started.stop()
     _started.clear()
 
 
