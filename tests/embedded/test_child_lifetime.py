@@ -19,6 +19,7 @@ import pytest
 
 from reflexguard.embedded import lifetime
 from reflexguard.embedded.exits import describe_exit
+from tests.fakes.processes import is_running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="PR_SET_PDEATHSIG is Linux-only")
@@ -37,15 +38,6 @@ PARENT = textwrap.dedent("""
         lifetime.stop(spawned.process)
         print("cleaned up", flush=True)
 """)
-
-
-def is_running(pid: int) -> bool:
-    """Alive and not a zombie awaiting its parent."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def gone_within(pid: int, seconds: float) -> bool:

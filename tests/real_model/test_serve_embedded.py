@@ -20,13 +20,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
 from reflexguard.ops.loopback import free_port
+from tests.fakes.processes import is_running
 
 pytestmark = pytest.mark.real_model
 
@@ -53,15 +53,6 @@ def wait_healthy(port: int, process: subprocess.Popen[bytes], timeout: float = 1
 def children_of(pid: int) -> list[int]:
     result = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
     return [int(p) for p in result.stdout.split()]
-
-
-def is_running(pid: int) -> bool:
-    """Alive and not a zombie awaiting its parent."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def second_turn(call: Any) -> list[Any]:
