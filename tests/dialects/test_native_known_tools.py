@@ -165,3 +165,14 @@ def test_known_lists_are_bounded(fresh: KnownTools) -> None:
         read_dialect_request(raw_of(messages_body(tools=tools, system=LONG)), MESSAGES, cache,
                              GROUNDING)
     assert len(fresh._known) == native.KNOWN_TOOLS_ENTRIES
+
+
+def test_a_list_past_the_byte_bound_is_read_in_full_and_never_held(fresh: KnownTools) -> None:
+    cache = ToolSetCache()
+    tool = {**messages_body()["tools"][0],
+            "description": "x" * (native.KNOWN_TOOLS_MAX_BYTES + 1)}
+    body = messages_body(tools=[tool], system=LONG)
+    for _ in range(2):
+        request = read_dialect_request(raw_of(body), MESSAGES, cache, GROUNDING)
+        assert request.body["tools"] == [tool]
+    assert not fresh._known and not fresh._by_prefix
