@@ -24,6 +24,12 @@ DETAIL_LIMIT = 600  # validator messages embed the offending value, which may be
 _MARKER = re.compile(r"<(?=[|/!A-Za-z<])|\|>|\[(?=/?[A-Z_]{2,}\])")
 NAMES_LISTED = 25
 FIX_INSTRUCTION = "Fix this and call the tool again with corrected arguments. Do not explain."
+# After a call to a tool that is not offered, with arguments no offered tool takes
+# (core/fit.py): the model may be right that no tool fits, so it is told it may say so.
+NO_FIT_INSTRUCTION = (
+    "None of the available tools takes these arguments. If one of them fits the request, "
+    "call it. If none fits, do not call a tool: answer the user in plain text."
+)
 NOT_EXECUTED = (
     "Not executed, because another call in the same reply was invalid. "
     "Repeat this call if it is still needed."
@@ -93,8 +99,10 @@ def signature(name: str, parameters: dict[str, Any]) -> str:
 
 
 def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str],
-                        parameters: dict[str, Any] | None = None) -> str:
-    """The content of the tool message answering one failed call."""
+                        parameters: dict[str, Any] | None = None,
+                        no_fit: bool = False) -> str:
+    """The content of the tool message answering one failed call; `no_fit` when the
+    reply reached for a tool that is not there at all (core/fit.py)."""
     name = quote(verdict.name or "")
     detail = defang(verdict.detail, DETAIL_LIMIT)
     channel = verdict.channel
@@ -104,6 +112,9 @@ def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]
         return NOT_EXECUTED
     if channel is Channel.UNKNOWN_TOOL:
         closest = closest_names(verdict.name or "", offered)
+        if no_fit:
+            return (f"Error: there is no tool named {name}. {_names_line(closest)} "
+                    f"{NO_FIT_INSTRUCTION}")
         return (
             f"Error: there is no tool named {name}. "
             f"{_names_line(closest)} Call one of these. {FIX_INSTRUCTION}"

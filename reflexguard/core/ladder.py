@@ -24,6 +24,7 @@ from reflexguard.core.completion import (
     unwrap_abstention,
     with_reply,
 )
+from reflexguard.core.fit import no_tool_fits
 from reflexguard.core.fixes import FixPolicy, apply_fixes
 from reflexguard.core.model import JsonObject, Reply, Verdict
 from reflexguard.core.repair import (
@@ -304,6 +305,11 @@ async def run_ladder(
         nonlocal latest, failed_calls, repeated, jump, stop
         number = len([a for a in attempts if a.kind != "fix"]) + 1
         forced = jump  # the one constrained attempt a repeat earned
+        if "no_tool_fits" not in fallbacks and no_tool_fits(latest.reply, latest.verdict,
+                                                            rules.toolset):
+            # The builders then allow a text answer and, where the client allows text,
+            # constrain to nothing else (core/fit.py): counted, once per ladder.
+            fallbacks.append("no_tool_fits")
         request = builders.reask(body, latest.reply, latest.verdict, rules.toolset)
         kind: AttemptKind = "reask"
         if (forced or number - 1 >= constrained_from) and constrainable():

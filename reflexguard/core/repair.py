@@ -23,6 +23,7 @@ from reflexguard.core.feedback import (
     describe_call_error,
     describe_reply_error,
 )
+from reflexguard.core.fit import no_tool_fits
 from reflexguard.core.model import JsonObject, Reply, ToolCall, Verdict
 from reflexguard.core.toolset import ToolSet
 from reflexguard.core.validate import _Malformed, parse_arguments
@@ -133,11 +134,13 @@ def call_feedback(reply: Reply, verdict: Verdict, toolset: ToolSet) -> list[tupl
     """(call id, what is wrong with it) for every call of a reply that has calls: the
     text each dialect wraps in its own tool-result form."""
     by_index = {v.index: v for v in verdict.calls if v.index is not None}
+    no_fit = no_tool_fits(reply, verdict, toolset)
     feedback: list[tuple[str, str]] = []
     for index, call in enumerate(reply.tool_calls):
         spec = toolset.get(call.name)
         feedback.append((call.id, describe_call_error(
-            by_index[index], call.arguments, toolset.names, spec.parameters if spec else None)))
+            by_index[index], call.arguments, toolset.names, spec.parameters if spec else None,
+            no_fit=no_fit)))
     return feedback
 
 
@@ -241,26 +244,29 @@ def constrain(
     body: JsonObject, mode: ConstrainedMode, reply: Reply, verdict: Verdict, toolset: ToolSet
 ) -> JsonObject:
     """A copy of a re-ask body that forces well-formed output, for upstreams that can: a
-    valid call, or (JSON modes, when the client allows text) an answer without one."""
+    valid call, or (JSON modes, when the client allows text) an answer without one; only
+    that answer when the reply reached for a tool that is not there (core/fit.py)."""
     if mode == "off" or not toolset.names:
         return body
+    if allows_text(body) and no_tool_fits(reply, verdict, toolset):
+        if mode == "tool_choice":
+            return {**body, "tool_choice": "none"}
+        return _json_constraint(body, mode, ABSTAIN_SCHEMA)
     wanted = intended_tools(reply, verdict, toolset)
     names = wanted or toolset.names
-    constrained = dict(body)
     schema = call_schema(toolset, names)
     if allows_text(body):
         schema = _with_abstention(schema)
     if mode == "tool_choice":
         if len(names) == 1:
-            constrained["tool_choice"] = {"type": "function", "function": {"name": names[0]}}
-        else:
-            constrained["tool_choice"] = "required"
-    elif mode == "structured_outputs":
-        constrained["structured_outputs"] = {"json": schema}
-    else:
-        # `json_object` with a `schema` is the form both llama.cpp's server and
-        # llama-cpp-python's accept (the latter rejects OpenAI's `json_schema` type).
-        constrained["response_format"] = {
-            "type": "json_object", "schema": schema,
-        }
-    return constrained
+            return {**body, "tool_choice": {"type": "function", "function": {"name": names[0]}}}
+        return {**body, "tool_choice": "required"}
+    return _json_constraint(body, mode, schema)
+
+
+def _json_constraint(body: JsonObject, mode: ConstrainedMode, schema: JsonObject) -> JsonObject:
+    if mode == "structured_outputs":
+        return {**body, "structured_outputs": {"json": schema}}
+    # `json_object` with a `schema` is the form both llama.cpp's server and
+    # llama-cpp-python's accept (the latter rejects OpenAI's `json_schema` type).
+    return {**body, "response_format": {"type": "json_object", "schema": schema}}

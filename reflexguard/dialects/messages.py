@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from reflexguard.core.errors import BadRequest
+from reflexguard.core.fit import no_tool_fits
 from reflexguard.core.ladder import RequestBuilders
 from reflexguard.core.model import JsonObject, Reply, Verdict, as_object
 from reflexguard.core.repair import (
@@ -347,9 +348,13 @@ def reask(body: JsonObject, reply: Reply, verdict: Verdict, toolset: ToolSet) ->
 def constrain(body: JsonObject, mode: ConstrainedMode, reply: Reply, verdict: Verdict,
               toolset: ToolSet) -> JsonObject:
     """The constrained last attempt: a forced tool_choice, whatever JSON mode is set, since
-    that is the form every Messages server takes."""
+    that is the form every Messages server takes; `none` (a text answer) when the reply
+    reached for a tool that is not there and the client allows text (core/fit.py)."""
     if mode == "off" or not toolset.names:
         return body
+    client_choice = as_object(body.get("tool_choice")).get("type", "auto")
+    if client_choice == "auto" and no_tool_fits(reply, verdict, toolset):
+        return {**body, "tool_choice": {"type": "none"}}
     names = intended_tools(reply, verdict, toolset) or toolset.names
     choice: JsonObject = ({"type": "tool", "name": names[0]} if len(names) == 1
                           else {"type": "any"})

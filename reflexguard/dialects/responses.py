@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from reflexguard.core.errors import BadRequest, error_body
+from reflexguard.core.fit import no_tool_fits
 from reflexguard.core.ladder import RequestBuilders
 from reflexguard.core.model import JsonObject, Reply, Verdict, as_object
 from reflexguard.core.repair import (
@@ -287,9 +288,13 @@ def reask(body: JsonObject, reply: Reply, verdict: Verdict, toolset: ToolSet) ->
 
 def constrain(body: JsonObject, mode: ConstrainedMode, reply: Reply, verdict: Verdict,
               toolset: ToolSet) -> JsonObject:
-    """A forced tool_choice: the function the failed reply reached for, else "required"."""
+    """A forced tool_choice: the function the failed reply reached for, else "required";
+    "none" (a text answer) when the reply reached for a tool that is not there and the
+    client allows text (core/fit.py)."""
     if mode == "off" or not toolset.names:
         return body
+    if body.get("tool_choice", "auto") == "auto" and no_tool_fits(reply, verdict, toolset):
+        return {**body, "tool_choice": "none"}
     names = intended_tools(reply, verdict, toolset) or toolset.names
     choice: object = ({"type": "function", "name": names[0]} if len(names) == 1
                       else "required")
