@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from bench.margins.runner import (
+    ALL_DOMAINS,
     DEFAULT_TASKS,
     DOMAINS,
     MAX_TOKENS,
@@ -26,12 +27,16 @@ from reflexguard.ops.oneline import OneLineParser
 
 def parser() -> OneLineParser:
     p = OneLineParser(prog="bench.margins", description=__doc__)
-    p.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=DOMAINS)
+    p.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=ALL_DOMAINS,
+                   help="tau2's mock, retail, telecom (default), or BFCL's bfcl_multiple "
+                        "and bfcl_parallel_multiple (one decision per case, the BFCL bench's "
+                        "seeded sample; needs .venv-bfcl)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
                    help="precisions, asked in this order; Q4_K_M is the reference")
     p.add_argument("--tasks", type=int, default=None,
                    help="the first N tasks of each domain (default: "
-                        + ", ".join(f"{d} {n}" for d, n in DEFAULT_TASKS.items()) + ")")
+                        + ", ".join(f"{d} {n}" for d, n in DEFAULT_TASKS.items())
+                        + "; every case of a BFCL domain)")
     p.add_argument("--out", type=Path, default=None, help="default: runs/margins/<timestamp>")
     p.add_argument("--resume", action="store_true", help="skip the decisions already recorded")
     p.add_argument("--max-tokens", type=int, default=MAX_TOKENS)

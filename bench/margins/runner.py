@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,16 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
+from bench.margins.bfcl_decisions import BFCL_DOMAINS, BfclDecisionError, bfcl_decisions
 from bench.margins.classify import classify, margins_of
-from bench.margins.decisions import Decision, domain_decisions
+from bench.margins.decisions import Decision, TaskDecisions, domain_decisions
 from bench.margins.model import Model
 from bench.margins.records import DecisionStore, record_key
 
 REFERENCE = "Q4_K_M"
 VARIANTS = ("Q4_K_M", "Q3_K_S", "Q2_K")
-DOMAINS = ("mock", "retail", "telecom")
+DOMAINS = ("mock", "retail", "telecom")  # the default: tau2's
+ALL_DOMAINS = (*DOMAINS, *BFCL_DOMAINS)  # and BFCL's single-turn cases (bfcl_decisions.py)
 # mock 9, retail 2, telecom 1: 18 decisions per precision; 70 minutes for the three at load
 # average 3-10 on the shared 2 cores (docs/margins.md), mostly prompt evaluation.
 DEFAULT_TASKS = {"mock": 9, "retail": 2, "telecom": 1}
@@ -78,13 +81,22 @@ def plan(options: StudyOptions) -> Plan:
         count = options.tasks if options.tasks else DEFAULT_TASKS.get(domain)
         tasks[domain] = []
         gold_errors[domain] = 0
-        for built in domain_decisions(domain, count):
+        for built in _decisions(domain, count):
             tasks[domain].append(built.task_id)
             decisions.extend(built.decisions)
             gold_errors[domain] += built.gold_errors
             skipped[domain].extend({"task_id": built.task_id, "step": step, "reason": reason}
                                    for step, reason in built.skipped)
     return Plan(decisions, tasks, dict(skipped), gold_errors)
+
+
+def _decisions(domain: str, count: int | None) -> Iterator[TaskDecisions]:
+    if domain not in BFCL_DOMAINS:
+        return domain_decisions(domain, count)
+    try:
+        return iter(list(bfcl_decisions(domain, count)))
+    except BfclDecisionError as exc:
+        raise StudyError(str(exc)) from None
 
 
 def decide(model: Model, decision: Decision, variant: str, max_tokens: int,
