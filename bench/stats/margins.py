@@ -304,3 +304,39 @@ def channel_rates(rows: Sequence[Row]) -> dict[str, Rate]:
 
 def exact_match(rows: Sequence[Row]) -> Rate:
     return wilson(sum(r.correct for r in rows), len(rows))
+
+
+@dataclass(frozen=True)
+class HeldOutScore:
+    """How well a calibration's bins predict the held-out decisions of a run."""
+
+    n: int  # held-out pairs with a known reference name margin
+    flip_brier: float | None
+    error_brier: float | None
+    flip_auroc: float | None  # of the calibration's predicted flip rate
+    error_auroc: float | None
+
+
+def score_bins(bins: Sequence[tuple[float | None, float | None, float, float]],
+               measured: Sequence[Pair]) -> HeldOutScore:
+    """Bins given as (lo, hi, flip_rate, error_rate), from any calibration file, scored on
+    the held-out half of `measured` (the split `calibrate` fits on the other half of):
+    Brier of the predicted rates and the AUROC of the prediction itself."""
+    held = [p for p in measured if held_out(p.reference.task_id, p.reference.domain)]
+
+    def rate_at(margin: float, index: int) -> float:
+        for lo, hi, flip, error in bins:
+            if (lo is None or margin >= lo) and (hi is None or margin < hi):
+                return (flip, error)[index]
+        return math.nan
+
+    margins = [p.reference.name_margin for p in held if p.reference.name_margin is not None]
+    known = [p for p in held if p.reference.name_margin is not None]
+    flips = [p.flip for p in known]
+    errors = [p.candidate.error for p in known]
+    flip_predicted = [rate_at(m, 0) for m in margins]
+    error_predicted = [rate_at(m, 1) for m in margins]
+    return HeldOutScore(
+        n=len(known), flip_brier=brier(flip_predicted, flips),
+        error_brier=brier(error_predicted, errors),
+        flip_auroc=auroc(flip_predicted, flips), error_auroc=auroc(error_predicted, errors))
