@@ -93,7 +93,7 @@ def plan(options: StudyOptions) -> Plan:
 def _decisions(domain: str, count: int | None) -> Iterator[TaskDecisions]:
     if domain not in BFCL_DOMAINS:
         return domain_decisions(domain, count)
-    try:
+    try:  # listed here, so that BFCL's failure surfaces inside this try
         return iter(list(bfcl_decisions(domain, count)))
     except BfclDecisionError as exc:
         raise StudyError(str(exc)) from None

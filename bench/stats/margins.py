@@ -330,8 +330,8 @@ def score_bins(bins: Sequence[tuple[float | None, float | None, float, float]],
                 return (flip, error)[index]
         return math.nan
 
-    margins = [p.reference.name_margin for p in held if p.reference.name_margin is not None]
     known = [p for p in held if p.reference.name_margin is not None]
+    margins = [p.reference.name_margin or 0.0 for p in known]  # never None here
     flips = [p.flip for p in known]
     errors = [p.candidate.error for p in known]
     flip_predicted = [rate_at(m, 0) for m in margins]
