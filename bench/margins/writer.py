@@ -67,6 +67,16 @@ def _timing(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+TASKS_LISTED = 12  # a BFCL domain has hundreds of cases: count them, name the first few
+
+
+def _tasks(tasks: dict[str, list[str]]) -> str:
+    return "; ".join(
+        f"{domain}: {', '.join(ids)}" if len(ids) <= TASKS_LISTED else
+        f"{domain}: {len(ids)} ({', '.join(ids[:TASKS_LISTED])}, …)"
+        for domain, ids in tasks.items()) or "none"
+
+
 def _domains(summary: dict[str, Any]) -> list[str]:
     lines = ["| precision | " + " | ".join(
         f"{d}: gold tool name" for d in summary.get("plan", {}).get("per_domain", {})) + " |"]
@@ -123,7 +133,7 @@ def write(summary: dict[str, Any], out: Path, command: str) -> None:
         f"Command: `{command}`. Model: {summary['model']}; reference {REFERENCE} as "
         "shipped, the others requantized from it (lower-bit vs Q4_K_M, never vs full "
         "precision). Greedy decoding, top-5 logprobs. Not simulated.", "",
-        f"Tasks: {plan.get('tasks', {})}. Decisions per precision: "
+        f"Tasks: {_tasks(plan.get('tasks', {}))}. Decisions per precision: "
         f"{plan.get('per_domain', {})}; gold actions skipped (not an agent tool): "
         f"{skipped or 0}; gold calls the environment answered with an error: "
         f"{plan.get('gold_errors', {})}.", "",
