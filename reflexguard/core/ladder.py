@@ -301,20 +301,28 @@ async def run_ladder(
     def constrainable() -> bool:
         return policy.constrained != "off" and not _only_ungrounded(latest.verdict)
 
+    # The model's own first answer is the evidence that no tool fits (core/fit.py); a
+    # re-ask that then calls an offered tool answers our "call one of these", so the
+    # constrained attempt keeps reading the first answer, unless the client requires a
+    # call: then the tool the latest reply reached for is the better one to force.
+    first_outside = (no_tool_fits(first.reply, first.verdict, rules.toolset)
+                     and rules.tool_choice.mode not in ("required", "named"))
+
     async def reask() -> Attempt:
         nonlocal latest, failed_calls, repeated, jump, stop
         number = len([a for a in attempts if a.kind != "fix"]) + 1
         forced = jump  # the one constrained attempt a repeat earned
-        if "no_tool_fits" not in fallbacks and no_tool_fits(latest.reply, latest.verdict,
-                                                            rules.toolset):
+        outside = first_outside or no_tool_fits(latest.reply, latest.verdict, rules.toolset)
+        if outside and "no_tool_fits" not in fallbacks:
             # The builders then allow a text answer and, where the client allows text,
             # constrain to nothing else (core/fit.py): counted, once per ladder.
             fallbacks.append("no_tool_fits")
         request = builders.reask(body, latest.reply, latest.verdict, rules.toolset)
         kind: AttemptKind = "reask"
         if (forced or number - 1 >= constrained_from) and constrainable():
-            request = builders.constrain(request, policy.constrained, latest.reply,
-                                         latest.verdict, rules.toolset)
+            source = first if first_outside else latest
+            request = builders.constrain(request, policy.constrained, source.reply,
+                                         source.verdict, rules.toolset)
             kind = "constrained"
         request = bounded(request, max_tokens)
         json_mode = (kind == "constrained" and policy.constrained != "tool_choice"

@@ -9,14 +9,21 @@ from typing import Any
 
 from reflexguard.core.channels import Channel
 from reflexguard.core.feedback import NO_FIT_INSTRUCTION
-from reflexguard.core.fit import no_tool_fits, offered_parameters
-from reflexguard.core.ladder import agent_completion
-from reflexguard.core.model import CallVerdict, Reply, ToolCall, Verdict
+from reflexguard.core.fit import argument_keys, no_tool_fits, offered_parameters
+from reflexguard.core.ladder import (
+    MAX_REASK_REPLY_CHARS,
+    Attempt,
+    GuardPolicy,
+    agent_completion,
+    run_ladder,
+)
+from reflexguard.core.model import CallVerdict, Reply, ToolCall, ToolChoice, Verdict
 from reflexguard.core.repair import ABSTAIN_SCHEMA, call_feedback, constrain, reask_body
 from reflexguard.core.toolset import ToolSetCache
+from reflexguard.core.validate import CallRules
 from reflexguard.dialects import messages, responses
 from tests.conftest import TOOLS, chat_body
-from tests.core.test_ladder import ListSend, ladder
+from tests.core.test_ladder import RULES, ListSend, first, ladder
 from tests.fakes.fake_upstream import text_completion, tool_call_completion
 from tests.http.dialect_fixtures import anthropic_tools, messages_body, responses_body
 
@@ -49,9 +56,40 @@ def test_a_near_miss_that_uses_an_offered_parameter_still_fits() -> None:
     assert not no_tool_fits(*unknown(("lookup", one_key)), TOOLSET)
 
 
-def test_empty_or_malformed_arguments_are_no_evidence() -> None:
-    for arguments in ("{}", '{"flavour": ', "[1, 2]", ""):
+def test_empty_or_keyless_arguments_are_no_evidence() -> None:
+    for arguments in ("{}", "[1, 2]", "", "not json at all", '{"flavour'):
         assert not no_tool_fits(*unknown(("Ice Cream Store", arguments)), TOOLSET), arguments
+
+
+def test_broken_json_is_read_for_its_keys() -> None:
+    """BFCL irrelevance_82 and _194 at Q2_K: JavaScript comments, a missing brace."""
+    commented = '{\n  "symbol": "AAPL", // the stock\n  "limit": 5 // how many\n}'
+    assert argument_keys(commented) == {"symbol", "limit"}
+    assert no_tool_fits(*unknown(("retrieve_stock_news", commented)), TOOLSET)
+    cut_near_miss = '{"order_id": "#W1", "detail": "full"'
+    assert not no_tool_fits(*unknown(("get_order", cut_near_miss)), TOOLSET)
+
+
+def test_a_json_schema_echoed_as_arguments_is_read_for_its_properties() -> None:
+    """BFCL irrelevance_201 at Q2_K: `Ice Cream Store` with a schema for arguments; an
+    offered tool with a `type` parameter must not make the keyword look like a match."""
+    echo = '{"type": "object", "properties": {"location": {"type": "string"}, "price": {}'
+    assert argument_keys(echo) == {"location", "price"}
+    typed = ToolSetCache().get([*TOOLS, {"type": "function", "function": {
+        "name": "game_guide", "parameters": {"type": "object", "properties": {
+            "game_name": {"type": "string"}, "type": {"type": "string"}}}}}])
+    assert no_tool_fits(*unknown(("Ice Cream Store", echo)), typed)
+    meant = '{"type": "object", "properties": {"order_id": "#W1"}}'
+    assert not no_tool_fits(*unknown(("order lookup", meant)), TOOLSET)
+
+
+def test_keys_are_read_in_one_pass_at_the_largest_reasked_size() -> None:
+    """The ladder re-asks replies up to 256 Ki characters of arguments: a hostile one of
+    that size, all quotes and colons, is read whole, and an unterminated key of any length
+    never matches past the 200-character key bound."""
+    hostile = '{"' + '"a": 1, "' * (MAX_REASK_REPLY_CHARS // 10)
+    assert argument_keys(hostile) == {"a"}
+    assert argument_keys('{"' + "k" * MAX_REASK_REPLY_CHARS + '": 1') == frozenset()
 
 
 def test_every_call_of_the_reply_must_reach_outside() -> None:
@@ -143,3 +181,32 @@ async def test_a_near_miss_ladder_is_unchanged() -> None:
     assert "no_tool_fits" not in result.fallbacks
     assert ABSTAIN_SCHEMA in send.bodies[1]["response_format"]["schema"]["anyOf"]
     assert len(send.bodies[1]["response_format"]["schema"]["anyOf"]) == 2
+
+
+async def test_the_first_answer_stays_the_evidence_when_a_re_ask_then_calls_a_tool() -> None:
+    """BFCL irrelevance_201 at Q2_K: the re-ask answered "call one of these" with an
+    offered tool and wrong arguments; the constrained attempt then forced that call."""
+    invented = tool_call_completion("Ice Cream Store", ICE_CREAM)
+    pushed = tool_call_completion("cancel_order", {"reason": "ice cream"})  # no order_id
+    said = text_completion(json.dumps({"answer": "I cannot look up ice cream stores."}))
+    send = ListSend(pushed, said)
+    result, seen = await ladder(invented, send, constrained="response_format", max_repairs=2)
+    assert [a.kind for a in seen] == ["initial", "reask", "constrained"]
+    assert send.bodies[1]["response_format"]["schema"] == ABSTAIN_SCHEMA
+    assert result.final.reply.content == "I cannot look up ice cream stores."
+    assert result.fallbacks.count("no_tool_fits") == 1
+
+
+async def test_a_client_that_requires_a_call_is_forced_to_the_latest_tool() -> None:
+    invented = tool_call_completion("Ice Cream Store", ICE_CREAM)
+    pushed = tool_call_completion("cancel_order", {"reason": "ice cream"})
+    fixed = tool_call_completion("cancel_order", {"order_id": "#W1", "reason": "x"})
+    send = ListSend(pushed, fixed)
+    seen: list[Attempt] = []
+    rules = CallRules(toolset=RULES.toolset, tool_choice=ToolChoice(mode="required"))
+    result = await run_ladder(chat_body(tool_choice="required"), first(invented, rules), rules,
+                              GuardPolicy(constrained="tool_choice", max_repairs=2), send,
+                              seen.append)
+    assert send.bodies[1]["tool_choice"] == {"type": "function",
+                                             "function": {"name": "cancel_order"}}
+    assert result.outcome == "fixed_by_constrained"
