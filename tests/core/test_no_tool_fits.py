@@ -79,7 +79,8 @@ def test_a_json_schema_echoed_as_arguments_is_read_for_its_properties() -> None:
         "name": "game_guide", "parameters": {"type": "object", "properties": {
             "game_name": {"type": "string"}, "type": {"type": "string"}}}}}])
     assert no_tool_fits(*unknown(("Ice Cream Store", echo)), typed)
-    meant = '{"type": "object", "properties": {"order_id": "#W1"}}'
+    meant = '{"type": "object", "properties": {"order_id": "#W1"}'  # cut off, like the echoes
+    assert argument_keys(meant) == {"order_id"}
     assert not no_tool_fits(*unknown(("order lookup", meant)), TOOLSET)
 
 
