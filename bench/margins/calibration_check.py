@@ -11,9 +11,10 @@ The I/O shell; the maths is `bench.stats.margins.score_bins`.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import orjson
 
@@ -21,6 +22,7 @@ from bench.margins.records import DecisionStore
 from bench.margins.report import rows_of
 from bench.margins.runner import REFERENCE
 from bench.stats import margins as stats
+from reflexguard.core.screen import Bin, CalibrationError, parse_calibration
 from reflexguard.ops.oneline import OneLineParser
 
 PROG = "bench.margins.calibration_check"
@@ -29,11 +31,6 @@ PROG = "bench.margins.calibration_check"
 def _fail(message: str) -> NoReturn:
     print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def bins_of(calibration: dict[str, Any]) -> list[tuple[float | None, float | None, float, float]]:
-    return [(b["lo"], b["hi"], float(b["flip_rate"]), float(b["error_rate"]))
-            for b in calibration["bins"]]
 
 
 def table(run: Path, candidate: str, files: list[Path]) -> str:
@@ -47,16 +44,17 @@ def table(run: Path, candidate: str, files: list[Path]) -> str:
              "AUROC flip | AUROC error |", "|---|---|---|---|---|---|---|"]
     fit = [p for p in measured if not stats.held_out(p.reference.task_id, p.reference.domain)]
     if fit:  # the baseline a calibration must beat: one rate for every margin
-        constant = stats.score_bins([(None, None, sum(p.flip for p in fit) / len(fit),
-                                      sum(p.candidate.error for p in fit) / len(fit))],
+        constant = stats.score_bins([Bin(-math.inf, math.inf, len(fit),
+                                         sum(p.flip for p in fit) / len(fit),
+                                         sum(p.candidate.error for p in fit) / len(fit))],
                                     measured)
         lines.append(f"| a constant rate (this run's fit half) | {len(fit)} decisions | "
                      f"{constant.n} | {_num(constant.flip_brier)} | "
                      f"{_num(constant.error_brier)} | – | – |")
     for path in files:
-        calibration = orjson.loads(path.read_bytes())
-        found = stats.score_bins(bins_of(calibration), measured)
-        lines.append(f"| `{path}` | {calibration.get('fit_decisions', '?')} decisions | "
+        data = orjson.loads(path.read_bytes())
+        found = stats.score_bins(parse_calibration(data).bins, measured)
+        lines.append(f"| `{path}` | {data.get('fit_decisions', '?')} decisions | "
                      f"{found.n} | {_num(found.flip_brier)} | {_num(found.error_brier)} | "
                      f"{_num(found.flip_auroc)} | {_num(found.error_auroc)} |")
     return "\n".join(lines)
@@ -79,8 +77,10 @@ def main(argv: list[str] | None = None) -> None:
             _fail(f"calibration file not found: {path}")
     try:
         print(table(args.run, args.candidate, args.calibrations))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        _fail(f"not a calibration file ({type(exc).__name__}: {exc})")
+    except orjson.JSONDecodeError as exc:
+        _fail(f"not a calibration file (not JSON: {exc})")
+    except CalibrationError as exc:  # the screen's own reading of the file
+        _fail(f"not a calibration file ({exc})")
 
 
 if __name__ == "__main__":

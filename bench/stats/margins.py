@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.stats.analysis import NameOverlap, Rate, name_overlap, wilson
+from reflexguard.core import screen
 
 RESAMPLES = 2000
 DECILES = 10
@@ -317,25 +318,17 @@ class HeldOutScore:
     error_auroc: float | None
 
 
-def score_bins(bins: Sequence[tuple[float | None, float | None, float, float]],
-               measured: Sequence[Pair]) -> HeldOutScore:
-    """Bins given as (lo, hi, flip_rate, error_rate), from any calibration file, scored on
-    the held-out half of `measured` (the split `calibrate` fits on the other half of):
-    Brier of the predicted rates and the AUROC of the prediction itself."""
+def score_bins(bins: Sequence[screen.Bin], measured: Sequence[Pair]) -> HeldOutScore:
+    """A calibration's bins (as `reflexguard screen` reads them) scored on the held-out
+    half of `measured` (the split `calibrate` fits on the other half of): Brier of the
+    predicted rates and the AUROC of the prediction itself."""
     held = [p for p in measured if held_out(p.reference.task_id, p.reference.domain)]
-
-    def rate_at(margin: float, index: int) -> float:
-        for lo, hi, flip, error in bins:
-            if (lo is None or margin >= lo) and (hi is None or margin < hi):
-                return (flip, error)[index]
-        return math.nan
-
     known = [p for p in held if p.reference.name_margin is not None]
-    margins = [p.reference.name_margin or 0.0 for p in known]  # never None here
+    found = [screen.bin_for(bins, p.reference.name_margin or 0.0) for p in known]
     flips = [p.flip for p in known]
     errors = [p.candidate.error for p in known]
-    flip_predicted = [rate_at(m, 0) for m in margins]
-    error_predicted = [rate_at(m, 1) for m in margins]
+    flip_predicted = [b.flip_rate if b else math.nan for b in found]
+    error_predicted = [b.error_rate if b else math.nan for b in found]
     return HeldOutScore(
         n=len(known), flip_brier=brier(flip_predicted, flips),
         error_brier=brier(error_predicted, errors),

@@ -44,10 +44,15 @@ class Calibration:
     bins: tuple[Bin, ...]
 
     def bin_for(self, margin: float) -> Bin | None:
-        for candidate in self.bins:
-            if candidate.lo <= margin < candidate.hi:
-                return candidate
-        return None
+        return bin_for(self.bins, margin)
+
+
+def bin_for(bins: Iterable[Bin], margin: float) -> Bin | None:
+    """The bin holding `margin` (lo inclusive, hi exclusive), or None."""
+    for candidate in bins:
+        if candidate.lo <= margin < candidate.hi:
+            return candidate
+    return None
 
 
 def _number(value: object, what: str, default: float | None = None) -> float:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from bench.margins.calibration_check import main
 from bench.stats import margins as stats
+from reflexguard.core.screen import Bin
+
+INF = math.inf
 
 
 def _pair(task: str, margin: float, flip: bool) -> stats.Pair:
@@ -26,8 +30,9 @@ def _held(count: int) -> list[str]:
 def test_bins_that_know_thin_margins_flip_beat_a_constant_rate() -> None:
     tasks = _held(20)
     measured = [_pair(t, 0.2 if i % 2 else 5.0, flip=bool(i % 2)) for i, t in enumerate(tasks)]
-    knowing = stats.score_bins([(None, 1.0, 1.0, 1.0), (1.0, None, 0.0, 1.0)], measured)
-    constant = stats.score_bins([(None, None, 0.5, 0.5)], measured)
+    knowing = stats.score_bins([Bin(-INF, 1.0, 10, 1.0, 1.0), Bin(1.0, INF, 10, 0.0, 1.0)],
+                               measured)
+    constant = stats.score_bins([Bin(-INF, INF, 20, 0.5, 0.5)], measured)
     assert knowing.n == constant.n == 20
     assert knowing.flip_brier == 0.0 and constant.flip_brier == 0.25
     assert knowing.flip_auroc == 1.0 and constant.flip_auroc == 0.5
@@ -37,7 +42,7 @@ def test_only_the_held_out_half_is_scored() -> None:
     fit = [t for t in (f"multiple_{i}" for i in range(50))
            if not stats.held_out(t, "bfcl_multiple")]
     measured = [_pair(t, 0.2, flip=True) for t in fit]
-    assert stats.score_bins([(None, None, 0.0, 0.0)], measured).n == 0
+    assert stats.score_bins([Bin(-INF, INF, 1, 0.0, 0.0)], measured).n == 0
 
 
 def test_the_command_refuses_a_missing_run_or_file_in_one_line(
