@@ -11,7 +11,6 @@ The I/O shell; the maths is `bench.stats.margins.score_bins`.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -22,7 +21,7 @@ from bench.margins.records import DecisionStore
 from bench.margins.report import rows_of
 from bench.margins.runner import REFERENCE
 from bench.stats import margins as stats
-from reflexguard.core.screen import Bin, CalibrationError, parse_calibration
+from reflexguard.core.screen import CalibrationError, parse_calibration
 from reflexguard.ops.oneline import OneLineParser
 
 PROG = "bench.margins.calibration_check"
@@ -42,13 +41,10 @@ def table(run: Path, candidate: str, files: list[Path]) -> str:
              "better.", "",
              "| calibration | fitted on | held-out n | Brier flip | Brier error | "
              "AUROC flip | AUROC error |", "|---|---|---|---|---|---|---|"]
-    fit = [p for p in measured if not stats.held_out(p.reference.task_id, p.reference.domain)]
-    if fit:  # the baseline a calibration must beat: one rate for every margin
-        constant = stats.score_bins([Bin(-math.inf, math.inf, len(fit),
-                                         sum(p.flip for p in fit) / len(fit),
-                                         sum(p.candidate.error for p in fit) / len(fit))],
-                                    measured)
-        lines.append(f"| a constant rate (this run's fit half) | {len(fit)} decisions | "
+    [baseline] = stats.constant_bins(measured)
+    if baseline.n:  # the baseline a calibration must beat: one rate for every margin
+        constant = stats.score_bins([baseline], measured)
+        lines.append(f"| a constant rate (this run's fit half) | {baseline.n} decisions | "
                      f"{constant.n} | {_num(constant.flip_brier)} | "
                      f"{_num(constant.error_brier)} | – | – |")
     for path in files:

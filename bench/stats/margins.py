@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,13 +157,6 @@ def binned(margins: Sequence[float], flips: Sequence[bool], errors: Sequence[boo
     return bins
 
 
-def predicted(bins: Sequence[Bin], margin: float, rate: Callable[[Bin], float]) -> float:
-    for b in bins:
-        if b.holds(margin):
-            return rate(b) if b.n else math.nan
-    return math.nan
-
-
 def brier(predictions: Sequence[float], labels: Sequence[bool]) -> float | None:
     pairs = [(p, float(y)) for p, y in zip(predictions, labels, strict=True) if not math.isnan(p)]
     if not pairs:
@@ -253,20 +246,16 @@ def calibrate(measured: Sequence[Pair], bins: int = CALIBRATION_BINS) -> Calibra
     held_margins = [margin(p) for p in held]
     flips = [p.flip for p in held]
     errors = [p.candidate.error for p in held]
-    base_flip = sum(p.flip for p in fit) / len(fit) if fit else math.nan
-    base_error = sum(p.candidate.error for p in fit) / len(fit) if fit else math.nan
+    scored = score_bins(screen_bins(fitted), measured)
+    constant = score_bins(constant_bins(measured), measured)
     found = best_threshold(fit_margins, [p.flip for p in fit])
     best_held = best_threshold(held_margins, flips)
     return Calibration(
         bins=fitted, fit_n=len(fit), held_n=len(held),
         held_flip_auroc=auroc([-m for m in held_margins], flips),
         held_error_auroc=auroc([-m for m in held_margins], errors),
-        held_flip_brier=brier([predicted(fitted, m, lambda b: b.flips / b.n)
-                               for m in held_margins], flips),
-        held_error_brier=brier([predicted(fitted, m, lambda b: b.errors / b.n)
-                                for m in held_margins], errors),
-        base_flip_brier=brier([base_flip] * len(held), flips),
-        base_error_brier=brier([base_error] * len(held), errors),
+        held_flip_brier=scored.flip_brier, held_error_brier=scored.error_brier,
+        base_flip_brier=constant.flip_brier, base_error_brier=constant.error_brier,
         threshold=found[0] if found else None,
         threshold_held_j=_youden(held_margins, flips, found[0]) if found else None,
         best_held_threshold=best_held[0] if best_held else None,
@@ -316,6 +305,22 @@ class HeldOutScore:
     error_brier: float | None
     flip_auroc: float | None  # of the calibration's predicted flip rate
     error_auroc: float | None
+
+
+def screen_bins(bins: Sequence[Bin]) -> list[screen.Bin]:
+    """Fitted bins as `reflexguard screen` reads them (open edges infinite; a bin nothing
+    fell into predicts nothing)."""
+    return [screen.Bin(-math.inf if b.lo is None else b.lo, math.inf if b.hi is None else b.hi,
+                       b.n, b.flips / b.n if b.n else math.nan,
+                       b.errors / b.n if b.n else math.nan) for b in bins]
+
+
+def constant_bins(measured: Sequence[Pair]) -> list[screen.Bin]:
+    """The baseline a calibration must beat: the fit half's rates, one for every margin."""
+    fit = [p for p in measured if not held_out(p.reference.task_id, p.reference.domain)]
+    return [screen.Bin(-math.inf, math.inf, len(fit),
+                       sum(p.flip for p in fit) / len(fit) if fit else math.nan,
+                       sum(p.candidate.error for p in fit) / len(fit) if fit else math.nan)]
 
 
 def score_bins(bins: Sequence[screen.Bin], measured: Sequence[Pair]) -> HeldOutScore:
