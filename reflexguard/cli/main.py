@@ -80,6 +80,7 @@ _HELP = {
     "grounding_pattern": "regex over argument names that grounding checks",
     "grounding_include_system": "let the system prompt ground values",
     "max_body_bytes": "larger request bodies get 413 (default 32 MiB)",
+    "max_answer_bytes": "a larger upstream answer is closed with 502 (default 64 MiB)",
     "max_json_depth": "request bodies nested deeper get 400 (default 100)",
     "log_level": "the log's level",
     "model_ctx": "the embedded model's context, in tokens (default 8192)",

@@ -35,7 +35,8 @@ def supervised_app(settings: Settings, supervisor: Supervisor) -> web.Applicatio
     key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
     upstream = SupervisedUpstream(supervisor, key, settings.upstream_timeout,
                                   settings.upstream_connect_timeout,
-                                  settings.upstream_max_connections)
+                                  settings.upstream_max_connections,
+                                  settings.max_answer_bytes)
     app = build_app(settings, upstream=upstream)
     guard = app[GUARD_KEY]
     upstream.telemetry = guard.telemetry  # the normalised request fields are counted there

@@ -12,6 +12,11 @@ class Channel(StrEnum):
     CHOICE_VIOLATION = "choice_violation"
     EMPTY_REPLY = "empty_reply"
     UNGROUNDED_ENTITY = "ungrounded_entity"
+    # Our fault, never the model's: the validator itself failed on this call (a pattern
+    # past its backtracking limit, an exception inside the library). Never "valid", never
+    # re-asked for its own sake, never withheld: the call goes on as the model wrote it,
+    # counted and logged (docs/channels.md, issue 30).
+    CHECK_FAULT = "check_fault"
     # Not a reply's call: a historical call in the request, repaired before forwarding
     # (reflexguard/core/history.py). Counted by kind, never among a reply's channels.
     HISTORY_REPAIRED = "history_repaired"

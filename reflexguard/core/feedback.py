@@ -53,7 +53,12 @@ def defang(text: str, limit: int) -> str:
 def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
     """Model output made safe to repeat back to the model: JSON-escaped and defanged."""
     clipped = text if len(text) <= limit else text[:limit] + "…"
-    return defang(json.dumps(clipped, ensure_ascii=False), limit * 7)
+    written = json.dumps(clipped, ensure_ascii=False)
+    try:
+        written.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, kept as its escape: no body holds it raw
+        written = written.encode("utf-8", "backslashreplace").decode()
+    return defang(written, limit * 7)
 
 
 def closest_names(name: str, offered: list[str]) -> list[str]:
@@ -108,7 +113,7 @@ def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]
     channel = verdict.channel
     expected = (f" Its parameters: {signature(verdict.name or '', parameters)} "
                 "(? marks optional)." if parameters is not None else "")
-    if channel is Channel.OK:
+    if channel in (Channel.OK, Channel.CHECK_FAULT):  # no error of the model's to describe
         return NOT_EXECUTED
     if channel is Channel.UNKNOWN_TOOL:
         closest = closest_names(verdict.name or "", offered)

@@ -5,8 +5,9 @@ the model's, and an operator must see how often the proxy papered over one.
 
 Two kinds (docs/repair.md, "Deterministic fixes"). The safe fixes (`safe_fixes`, on by
 default) change how a value is written, never what it says: a `null` for a property that
-is not required is dropped, a number or boolean written as a string is read as one, and
-arguments encoded twice are decoded once. The guessing fixes (`json_repair`,
+is not required is dropped, a number or boolean written as a string is read as one, a
+string that matches exactly one `enum` member but for letter case is written as that
+member, and arguments encoded twice are decoded once. The guessing fixes (`json_repair`,
 `snap_names`) are opt-in: they choose among readings the model may not have meant.
 """
 
@@ -30,12 +31,16 @@ NAME_SNAPPED = "name_snapped"
 NULL_DROPPED = "optional_null_dropped"
 SCALAR_COERCED = "string_scalar_coerced"
 ARGUMENTS_DECODED = "double_encoded_arguments_decoded"
+ENUM_CASE_FIXED = "enum_case_normalised"
 # A schema's nesting the safe fixes walk at most; deeper values are left as they are.
 MAX_FIX_DEPTH = 32
 # Values the safe fixes visit in one call's arguments at most (issue 18: a 500,000-item
 # array cost ~1 s of event loop per attempt). Past it the arguments are left as they are
 # and the re-ask decides: a fix is a shortcut, never owed.
 MAX_FIX_VALUES = 10_000
+# Enum members the case fix compares, over all of one call's values; past it a wrong case
+# is left to the re-ask (a 20,000-member enum times 10,000 values would be 2e8 compares).
+MAX_ENUM_CASE_COMPARES = 50_000
 # Exactly JSON's own number grammar: "007", " 5", "1_000", "0x1f" and "NaN" stay strings.
 _JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -47,7 +52,8 @@ class FixPolicy:
     json_repair: bool = False
     snap_names: bool = False
     snap_threshold: float = 85.0
-    # The meaning-preserving fixes: NULL_DROPPED, SCALAR_COERCED, ARGUMENTS_DECODED.
+    # The meaning-preserving fixes: NULL_DROPPED, SCALAR_COERCED, ENUM_CASE_FIXED,
+    # ARGUMENTS_DECODED.
     safe: bool = True
 
     @property
@@ -91,14 +97,33 @@ class _TooManyValues(Exception):
 
 
 class _Applied(list[str]):
-    """The fixes applied so far, and the values visited against MAX_FIX_VALUES."""
+    """The fixes applied so far, and the values visited against MAX_FIX_VALUES (and the
+    enum members compared against MAX_ENUM_CASE_COMPARES)."""
 
     visited = 0
+    compared = 0
 
     def visit(self) -> None:
         self.visited += 1
         if self.visited > MAX_FIX_VALUES:
             raise _TooManyValues
+
+    def compare(self, members: int) -> bool:
+        """Whether `members` more enum members may still be compared."""
+        self.compared += members
+        return self.compared <= MAX_ENUM_CASE_COMPARES
+
+
+def _enum_spelling(value: str, enum: list[Any], applied: _Applied) -> str | None:
+    """The one enum member `value` matches but for letter case ("PlayStation" for
+    "Playstation"); None when it is a member, matches none, or matches two members that
+    differ only by case themselves (then the case carries meaning and the model decides).
+    Unicode caseless matching (str.casefold)."""
+    if not applied.compare(len(enum)) or value in enum:
+        return None
+    folded = value.casefold()
+    matches = [m for m in enum if isinstance(m, str) and m.casefold() == folded]
+    return matches[0] if len(matches) == 1 else None
 
 
 def _safe_value(value: Any, schema: object, applied: _Applied, depth: int) -> Any:
@@ -107,6 +132,12 @@ def _safe_value(value: Any, schema: object, applied: _Applied, depth: int) -> An
         return value
     applied.visit()
     types = _types(schema)
+    enum = schema.get("enum")
+    if isinstance(value, str) and isinstance(enum, list):
+        spelled = _enum_spelling(value, enum, applied)
+        if spelled is not None:
+            applied.append(ENUM_CASE_FIXED)
+            return spelled
     if isinstance(value, str) and types is not None:
         changed, coerced = _coerced(value, types)
         if changed:

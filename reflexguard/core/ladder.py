@@ -56,6 +56,7 @@ PASSING_ON: frozenset[OnExhausted] = frozenset({"best", "passthrough", "original
 # a tool that does not exist and an empty reply give the agent less and less to use.
 SEVERITY: dict[Channel, int] = {
     Channel.OK: 0,
+    Channel.CHECK_FAULT: 0,  # unchecked, not known to be wrong: counted, ranked as OK
     Channel.CHOICE_VIOLATION: 1,
     Channel.SCHEMA_VIOLATION: 2,
     Channel.UNGROUNDED_ENTITY: 3,
@@ -167,6 +168,12 @@ class RequestBuilders:
 CHAT_BUILDERS = RequestBuilders()
 
 
+def only_check_faults(attempt: Attempt) -> bool:
+    """Every violation of the attempt is a fault of our validator's (Channel.CHECK_FAULT)."""
+    violations = [v for verdict in attempt.verdicts for v in verdict.violations]
+    return bool(violations) and all(v.channel is Channel.CHECK_FAULT for v in violations)
+
+
 def _only_ungrounded(verdict: Verdict) -> bool:
     """An invented identifier is fixed by asking the user, which a forced call forbids."""
     violations = verdict.violations
@@ -241,6 +248,10 @@ def settled_without_repair(first: Attempt, policy: GuardPolicy) -> LadderResult 
         return LadderResult([first], "clean")
     if not policy.repair:
         return LadderResult([first], "observed")
+    if only_check_faults(first):
+        # Our validator failed, the model did nothing wrong that we know of: a re-ask
+        # would spend a model call on our fault. Passed on as written, never as valid.
+        return LadderResult([first], "not_repaired", ["check_fault_not_repaired"])
     if len(first.replies) != 1:
         return LadderResult([first], "not_repaired", ["multiple_choices_not_repaired"])
     if sum(len(call.arguments) for call in first.reply.tool_calls) > MAX_REASK_REPLY_CHARS:
@@ -382,7 +393,7 @@ def withholds(result: LadderResult, on_exhausted: OnExhausted) -> bool:
     the ladder repaired (or declined to repair) one reply and it is still invalid."""
     final = result.final
     return (on_exhausted == "withhold" and result.outcome != "observed"
-            and not final.valid and len(final.replies) == 1)
+            and not final.valid and len(final.replies) == 1 and not only_check_faults(final))
 
 
 def withheld_attempt(result: LadderResult) -> Attempt:

@@ -69,3 +69,9 @@ def safe_label(text: str, limit: int = LABEL_LIMIT) -> str:
     if clipped.isascii():
         return clipped
     return clipped.encode("utf-8", "replace").decode("utf-8")
+
+
+# The most an upstream answer may hold (settings.max_answer_bytes): twice the request
+# body limit, far past a real completion (32k tokens of text are ~128 KB; with top-20
+# logprobs on every token, ~40 MB), so only a looping or broken upstream reaches it.
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024

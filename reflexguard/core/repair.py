@@ -59,10 +59,10 @@ class ReaskTokens:
         else:
             # Never less than the first answer's own length plus the floor: a re-ask that
             # corrects a call must have room to write it again (a 3,000-token call under a
-            # 2,048 ceiling would be cut off every time).
-            derived = min(max(first_tokens * REASK_TOKENS_FACTOR, self.floor), self.ceiling)
-            if derived <= first_tokens:
-                derived = first_tokens + self.floor
+            # 2,048 ceiling would be cut off every time). The ceiling bounds the factor,
+            # never this room: a 1,900-token call gets 2,156, a 17-token one 273.
+            derived = max(min(max(first_tokens * REASK_TOKENS_FACTOR, self.floor),
+                              self.ceiling), first_tokens + self.floor)
         return derived if client is None else min(client, derived)
 
 

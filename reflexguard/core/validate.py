@@ -51,9 +51,28 @@ def parse_arguments(raw: str) -> dict[str, Any]:
             value = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             raise _Malformed(f"not valid JSON ({exc})") from None
+        # ...but the stdlib also reads a lone UTF-16 surrogate ("\ud800", half an emoji),
+        # which no UTF-8 text can hold: no JSON Schema validator can read such a value,
+        # and the agent's own decoder may refuse it. The model's error (issue 30).
+        surrogate = _lone_surrogate(value)
+        if surrogate is not None:
+            raise _Malformed(f"not valid JSON (a lone UTF-16 surrogate {surrogate})") from None
     if not isinstance(value, dict):
         raise _Malformed(f"a JSON {type(value).__name__}, not an object")
     return value
+
+
+def _lone_surrogate(value: object) -> str | None:
+    """The first lone surrogate in `value`'s strings and keys, escaped; None when every
+    string is valid Unicode text. One encode of the stdlib's re-serialisation: linear in
+    the value, which the stdlib has just read from text of that size."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return ascii(exc.object[exc.start:exc.end])
+    except (ValueError, RecursionError):  # NaN and such were read; nesting the stdlib read
+        return None
+    return None
 
 
 def _classify_call(index: int, call: ToolCall, rules: CallRules) -> CallVerdict:
@@ -69,8 +88,9 @@ def _classify_call(index: int, call: ToolCall, rules: CallRules) -> CallVerdict:
         return verdict(Channel.MALFORMED_ARGS, f"arguments are {exc}")
     try:
         problems = spec.errors(arguments)
-    except Exception:  # the validator's own fault: not the model's, so never re-asked
-        return CallVerdict(channel=Channel.OK, index=index, name=call.name,
+    except Exception as exc:  # the validator's own fault: never the model's, never "valid"
+        return CallVerdict(channel=Channel.CHECK_FAULT, index=index, name=call.name,
+                           detail=f"the validator failed: {type(exc).__name__}",
                            note="validator_error")
     if problems:
         return verdict(Channel.SCHEMA_VIOLATION, "; ".join(problems[:MAX_ERRORS_REPORTED]))

@@ -29,6 +29,7 @@ import orjson
 from reflexguard.core.history import (
     HistoryReport,
     Replacement,
+    id_key,
     missing_result_note,
     object_replacement,
     replacement,
@@ -78,7 +79,7 @@ def _chat_needs_work(body: Body) -> bool:
             return True  # the repair's defensive reading decides
         role = message.get("role")
         if role == "tool":
-            waiting.discard(message.get("tool_call_id"))
+            waiting.discard(id_key(message.get("tool_call_id")))
             continue
         if waiting:
             return True
@@ -91,7 +92,7 @@ def _chat_needs_work(body: Body) -> bool:
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or not _valid_text(function.get("arguments")):
                 return True
-            waiting.add(call.get("id"))
+            waiting.add(id_key(call.get("id")))
     return False
 
 
@@ -105,7 +106,7 @@ def _messages_needs_work(body: Body) -> bool:
         if waiting:  # this message must open with a result for each call just before it
             if not isinstance(content, list):
                 return True
-            waiting -= {b.get("tool_use_id") for b in content
+            waiting -= {id_key(b.get("tool_use_id")) for b in content
                         if isinstance(b, dict) and b.get("type") == "tool_result"}
             if waiting:
                 return True
@@ -115,7 +116,7 @@ def _messages_needs_work(body: Body) -> bool:
             if isinstance(block, dict) and block.get("type") == "tool_use":
                 if not isinstance(block.get("input"), dict):
                     return True
-                waiting.add(block.get("id"))
+                waiting.add(id_key(block.get("id")))
     return False
 
 
@@ -131,9 +132,9 @@ def _responses_needs_work(body: Body) -> bool:
         if kind == "function_call":
             if not _valid_text(item.get("arguments")):
                 return True
-            waiting.add(item.get("call_id"))
+            waiting.add(id_key(item.get("call_id")))
         elif kind == "function_call_output":
-            waiting.discard(item.get("call_id"))
+            waiting.discard(id_key(item.get("call_id")))
         elif kind == "message" and waiting:
             return True
     return False
@@ -162,11 +163,11 @@ def _chat_dangling(index: int, call_ids: list[object],
     answered: set[object] = set()
     at = index + 1
     while at < len(roles) and roles[at][0] == "tool":
-        answered.add(roles[at][1])
+        answered.add(id_key(roles[at][1]))
         at += 1
     if at >= len(roles):
         return [], at  # the calls end the conversation: their results may be coming
-    return [i for i in call_ids if i not in answered], at
+    return [i for i in call_ids if id_key(i) not in answered], at
 
 
 def _responses_dangling(items: list[tuple[object, object]]) -> list[int]:
@@ -179,10 +180,10 @@ def _responses_dangling(items: list[tuple[object, object]]) -> list[int]:
     for at in range(len(items) - 1, -1, -1):
         kind, call_id = items[at]
         if kind == "function_call_output":
-            answered.add(call_id)
+            answered.add(id_key(call_id))
         elif kind in ("message", None):
             message_later = True
-        elif kind == "function_call" and message_later and call_id not in answered:
+        elif kind == "function_call" and message_later and id_key(call_id) not in answered:
             dangling.append(at)
     dangling.reverse()
     return dangling
@@ -220,11 +221,11 @@ def repair_chat(body: Body) -> tuple[Body, HistoryReport]:
             if not report.room():
                 break
             report.add("missing_result")
-            text = "\n".join([missing_result_note(), *notes.pop(call_id, [])])
+            text = "\n".join([missing_result_note(), *notes.pop(id_key(call_id), [])])
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         calls = message.get("tool_calls") if isinstance(message, dict) else None
         if isinstance(message, dict) and message.get("role") == "tool":
-            pending = notes.pop(message.get("tool_call_id"), None)
+            pending = notes.pop(id_key(message.get("tool_call_id")), None)
             if pending:
                 message = {**message, "content": _with_note(message.get("content"),
                                                             "\n".join(pending))}
@@ -262,7 +263,7 @@ def _record(fixed: Replacement, call_id: object, report: HistoryReport,
             notes: dict[object, list[str]]) -> None:
     report.add(fixed.kind)
     if fixed.note is not None:
-        notes.setdefault(call_id, []).append(fixed.note)
+        notes.setdefault(id_key(call_id), []).append(fixed.note)
 
 
 # -- Anthropic Messages ---------------------------------------------------------------------
@@ -325,18 +326,18 @@ def _answered(following: object, ids: list[object], notes: dict[object, list[str
     changed = False
     for at, block in enumerate(blocks):
         if isinstance(block, dict) and block.get("type") == "tool_result":
-            answered.add(block.get("tool_use_id"))
-            pending = notes.pop(block.get("tool_use_id"), None)
+            answered.add(id_key(block.get("tool_use_id")))
+            pending = notes.pop(id_key(block.get("tool_use_id")), None)
             if pending:
                 blocks[at] = {**block, "content": _with_note(block.get("content"),
                                                              "\n".join(pending))}
                 changed = True
     missing: list[JsonObject] = []
     for call_id in ids:
-        if call_id not in answered and report.room():
+        if id_key(call_id) not in answered and report.room():
             report.add("missing_result")
             missing.append({"type": "tool_result", "tool_use_id": call_id, "content": "\n".join(
-                [missing_result_note(), *notes.pop(call_id, [])])})
+                [missing_result_note(), *notes.pop(id_key(call_id), [])])})
     if following.get("role") != "user":
         return ({**following, "content": blocks} if changed else following), missing
     if not missing and not changed:
@@ -366,23 +367,26 @@ def repair_responses(body: Body) -> tuple[Body, HistoryReport]:
                 _record(fixed, item.get("call_id"), report, notes)
                 item = {**item, "arguments": fixed.arguments}
         elif isinstance(item, dict) and item.get("type") == "function_call_output":
-            pending = notes.pop(item.get("call_id"), None)
+            pending = notes.pop(id_key(item.get("call_id")), None)
             if pending:
                 item = {**item, "output": _with_note(item.get("output"), "\n".join(pending),
                                                      "input_text")}
         out.append(item)
     pairs = [(i.get("type", "message"), i.get("call_id")) if isinstance(i, dict)
              else ("message", None) for i in out]
-    for at in reversed(_responses_dangling(pairs)):
+    results: dict[int, JsonObject] = {}  # position -> the result placed after it
+    for at in reversed(_responses_dangling(pairs)):  # the latest first, while room lasts
         if not report.room():
             break
         call_id = pairs[at][1]
         report.add("missing_result")
-        text = "\n".join([missing_result_note(), *notes.pop(call_id, [])])
-        out.insert(at + 1, {"type": "function_call_output", "call_id": call_id,
-                            "output": text})
+        text = "\n".join([missing_result_note(), *notes.pop(id_key(call_id), [])])
+        results[at] = {"type": "function_call_output", "call_id": call_id, "output": text}
     if not report.changed:
         return body, report
+    if results:  # one pass: an insert per dangling call was quadratic in the items
+        out = [x for at, item in enumerate(out)
+               for x in ((item, results[at]) if at in results else (item,))]
     return {**body, "input": out}, report
 
 

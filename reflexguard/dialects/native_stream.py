@@ -11,8 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import orjson
-
+from reflexguard.core import json_text
 from reflexguard.core.model import JsonObject, as_object
 from reflexguard.dialects.native_events import (
     THINKING,
@@ -27,7 +26,7 @@ __all__ = ["MessagesEvents", "MessagesWriter", "ResponsesEvents", "ResponsesWrit
 
 
 def event(name: str, data: JsonObject) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+    return b"event: " + name.encode() + b"\ndata: " + json_text.dumps(data) + b"\n\n"
 
 
 # -- Anthropic Messages -------------------------------------------------------------------
@@ -42,7 +41,7 @@ def _block_events(index: int, block: JsonObject) -> list[bytes]:
         start = {"type": "tool_use", "id": block.get("id"), "name": block.get("name"),
                  "input": {}}
         deltas = [{"type": "input_json_delta",
-                   "partial_json": orjson.dumps(block.get("input", {})).decode()}]
+                   "partial_json": json_text.dumps(block.get("input", {})).decode()}]
     elif kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": block.get("thinking", "")},

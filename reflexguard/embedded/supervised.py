@@ -21,6 +21,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import aiohttp
 import orjson
 
+from reflexguard.core.limits import DEFAULT_MAX_ANSWER_BYTES
 from reflexguard.dialects.llama_cpp import normalised
 from reflexguard.embedded.supervisor import Supervisor
 from reflexguard.http.upstream import RawResponse, Upstream, UpstreamFailure, UpstreamUnreachable
@@ -37,8 +38,10 @@ class UpstreamUnavailable(UpstreamFailure):
 class SupervisedUpstream(Upstream):
     def __init__(self, supervisor: Supervisor, api_key: str | None = None,
                  timeout: float = 600.0, connect_timeout: float = 10.0,
-                 max_connections: int = 256) -> None:
-        super().__init__(PLACEHOLDER, api_key, timeout, connect_timeout, max_connections)
+                 max_connections: int = 256,
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:
+        super().__init__(PLACEHOLDER, api_key, timeout, connect_timeout, max_connections,
+                         max_answer_bytes)
         self.supervisor = supervisor
         self.telemetry: Telemetry | None = None  # counts the normalised fields; serve.py sets it
 

@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import hmac
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import orjson
@@ -29,7 +30,7 @@ from reflexguard.dialects.messages import MESSAGES
 from reflexguard.dialects.native import Dialect, DialectRequest, read_dialect_request
 from reflexguard.dialects.responses import RESPONSES
 from reflexguard.http.call import GuardedCall
-from reflexguard.http.connections import BodyTimeout, read_body_within
+from reflexguard.http.connections import BodyTimeout, protocol_error_body, read_body_within
 from reflexguard.http.context import GuardContext
 from reflexguard.http.dialect_call import (
     DialectCall,
@@ -47,7 +48,7 @@ from reflexguard.http.streams import (
     end_stream_with_error,
     guarded_stream,
 )
-from reflexguard.http.upstream import Upstream, UpstreamFailure
+from reflexguard.http.upstream import RequestDeadline, Upstream, UpstreamFailure
 from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings
 from reflexguard.ops.telemetry import Telemetry
@@ -130,17 +131,21 @@ class Routes(GuardContext):
                                     fields=list(parsed.dropped)[:20])
         if not parsed.guarded:
             if not native and parsed.chat.stream:
-                return await translated_plain_stream(self, request, parsed, dialect, headers)
+                return await self._within_deadline(request, translated_plain_stream(
+                    self, request, parsed, dialect, headers))
             if not native:
-                return await translated_unguarded(self, request, parsed, dialect, headers)
+                return await translated_unguarded(self, request, parsed, dialect, headers,
+                                                  self._deadline())
             path = (f"{dialect.path}?{request.query_string}" if request.query_string
                     else dialect.path)
             if parsed.chat.stream:
-                return await byte_stream(self, request, raw, headers, path)
+                return await self._within_deadline(request, byte_stream(
+                    self, request, raw, headers, path))
             try:  # as _pass, but a fault is said in the dialect's error format
-                answer = await self.upstream.request("POST", path, raw, headers)
+                answer = await self.upstream.request("POST", path, raw, headers,
+                                                     self._deadline())
             except UpstreamFailure as exc:
-                return dialect_upstream_error(dialect, exc, native=True)
+                return dialect_upstream_error(dialect, self._counted(exc), native=True)
             return web.Response(status=answer.status, body=answer.body,
                                 headers={"Content-Type": answer.content_type or JSON})
         call = DialectCall(self, parsed, raw, dialect, native, request.query_string, headers,
@@ -174,7 +179,8 @@ class Routes(GuardContext):
             return bad_request(exc)
         headers = self.upstream.headers(request.headers)
         if body and b'"stream"' in body and _wants_stream(body):
-            return await byte_stream(self, request, body, headers, path)
+            return await self._within_deadline(request, byte_stream(
+                self, request, body, headers, path))
         return await self._pass(request, path, body, headers)
 
     async def healthz(self, _: web.Request) -> web.Response:
@@ -290,15 +296,47 @@ class Routes(GuardContext):
     async def _pass(self, request: web.Request, path: str, body: bytes | None,
                     headers: dict[str, str]) -> web.StreamResponse:
         try:
-            raw = await self.upstream.request(request.method, path, body, headers)
+            raw = await self.upstream.request(request.method, path, body, headers,
+                                              self._deadline())
         except UpstreamFailure as exc:
-            return upstream_error(exc)
+            return upstream_error(self._counted(exc))
         return web.Response(status=raw.status, body=raw.body,
                             headers={"Content-Type": raw.content_type or JSON})
 
     async def _pass_stream(self, request: web.Request, raw: bytes,
                            headers: dict[str, str]) -> web.StreamResponse:
-        return await byte_stream(self, request, raw, headers)
+        return await self._within_deadline(request, byte_stream(self, request, raw, headers))
+
+    # -- the request deadline of requests without tools (issue 30) ----------------------------
+    # `request_timeout` bounds every client request, not only guarded ones: a pass-through
+    # answer or stream (an SSE comment a second keeps a socket busy forever) ends at it too.
+
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.settings.request_timeout
+
+    def _counted(self, exc: UpstreamFailure) -> UpstreamFailure:
+        """`exc`, counted as a request_deadline fallback when the deadline caused it."""
+        if isinstance(exc, RequestDeadline):
+            self.telemetry.fallback("request_deadline")
+        return exc
+
+    async def _within_deadline(self, request: web.Request,
+                               stream: Coroutine[Any, Any, web.StreamResponse],
+                               ) -> web.StreamResponse:
+        """A pass-through stream, ended at the request deadline: a 504 in the route's
+        format before its first byte, its error event after (the upstream request is
+        cancelled, which closes its connection)."""
+        try:
+            async with asyncio.timeout(self.settings.request_timeout):
+                return await stream
+        except TimeoutError:
+            self.telemetry.fallback("request_deadline", path=request.path)
+            message = f"no answer within request_timeout ({self.settings.request_timeout:g} s)"
+            started: web.StreamResponse | None = request.get(STREAM_KEY)
+            if started is not None and started.prepared:
+                return await end_stream_with_error(started, message, "upstream_timeout",
+                                                   path=request.path)
+            return route_error(request.path, 504, message, code="upstream_timeout")
 
 
 def bad_request(exc: BadRequest) -> web.Response:
@@ -345,7 +383,7 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return json_error(exc.status, exc.reason or "error")
+        return route_error(request.path, exc.status, exc.reason or "error", None)
     except Exception:
         request.app[GUARD_KEY].telemetry.log.exception("unhandled", path=request.path)
         started: web.StreamResponse | None = request.get(STREAM_KEY)
@@ -353,7 +391,15 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
             # Headers are gone: a second response would corrupt the chunked body.
             return await end_stream_with_error(started, "internal error in reflexguard",
                                                path=request.path)
-        return json_error(500, "internal error in reflexguard; see its log", code="internal")
+        return route_error(request.path, 500, "internal error in reflexguard; see its log")
+
+
+def route_error(path: str, status: int, message: str,
+                code: str | None = "internal") -> web.Response:
+    """An error in the format of the route's dialect: Anthropic's on /v1/messages (an
+    Anthropic SDK reads nothing else), OpenAI's everywhere else (Responses included)."""
+    return web.Response(status=status, body=protocol_error_body(path, status, message, code),
+                        content_type=JSON)
 
 
 def build_app(settings: Settings, upstream_url: str | None = None,
@@ -366,13 +412,16 @@ def build_app(settings: Settings, upstream_url: str | None = None,
             raise ValueError("no upstream URL")
         key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
         upstream = Upstream(url, key, settings.upstream_timeout,
-                            settings.upstream_connect_timeout, settings.upstream_max_connections)
+                            settings.upstream_connect_timeout, settings.upstream_max_connections,
+                            settings.max_answer_bytes)
     telemetry = Telemetry(settings.events)
     guard = Routes(settings, upstream, telemetry)
     guard.upstream_health = upstream.outcomes = UpstreamHealth(telemetry)
     # An abandoned upstream request is counted; its connection is closed (upstream.py).
-    upstream.on_abandoned = lambda reason: telemetry.fallback(
-        "upstream_request_abandoned", reason=reason)
+    upstream.on_abandoned = lambda reason: telemetry.warning_fallback(
+        "upstream_answer_too_large", limit=settings.max_answer_bytes) \
+        if reason == "too_large" else telemetry.fallback("upstream_request_abandoned",
+                                                         reason=reason)
     # auto_decompress off: bodies are decoded in `decoded_body`, bounded, with our errors.
     # handler_cancellation on whatever runs the app (serve, web.run_app, a test server;
     # aiohttp's default is off since 3.7): a client that hangs up cancels its handler,

@@ -107,7 +107,7 @@ def raw_response(status: int, body: bytes) -> bytes:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
-def protocol_error_body(path: str, status: int, message: str, code: str) -> bytes:
+def protocol_error_body(path: str, status: int, message: str, code: str | None) -> bytes:
     """The route's own error format: Anthropic's on /v1/messages, OpenAI's elsewhere (a
     request whose head did not parse has no route: OpenAI's)."""
     if path.startswith("/v1/messages"):

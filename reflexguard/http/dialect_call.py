@@ -226,15 +226,18 @@ class DialectCall(GuardedCall):
 
 async def translated_unguarded(guard: GuardContext, request: web.Request,
                                dialect_request: DialectRequest, dialect: Dialect,
-                               headers: dict[str, str]) -> web.StreamResponse:
+                               headers: dict[str, str], deadline: float) -> web.StreamResponse:
     """A non-streamed request without tools to a chat-only upstream: translated both ways,
-    nothing to validate (its stream twin is dialect_stream.translated_plain_stream)."""
+    nothing to validate (its stream twin is dialect_stream.translated_plain_stream);
+    answered by `deadline` (the event loop's clock) or a 504."""
     chat = {k: v for k, v in dialect_request.chat.body.items()
             if k not in ("stream", "stream_options")}
     try:
         completion = await guard.upstream.completion(chat, headers,
-                                                     guard.settings.max_json_depth)
+                                                     guard.settings.max_json_depth, deadline)
     except UpstreamFailure as exc:
+        if isinstance(exc, RequestDeadline):
+            guard.telemetry.fallback("request_deadline")
         return dialect_upstream_error(dialect, exc, native=False)
     reply = dialect.native_of(completion, dialect_request.body, None)
     return web.Response(body=orjson.dumps(reply), content_type=JSON)

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from reflexguard.core import json_text
 from reflexguard.core.ladder import agent_completion, read_attempt, returned_attempt
 from reflexguard.core.model import as_object
 from reflexguard.dialects.chat_stream import StreamAssembler
@@ -212,6 +213,10 @@ async def _guarded(call: DialectCall, out: ClientStream,
         return await out.end(_error_end(call.dialect, writer, broken))
     completion = call.margins.assembled(assembler.completion())
     template = None if isinstance(events, _ChatEvents) else events.skeleton
+    if template is not None:
+        # The native reply's own words beside the chat view, as a non-streamed answer has
+        # them: its span says the provider's stop_reason ("tool_use"), not ours (issue 30).
+        completion = {**completion, NATIVE_KEY: template}
     call.reasoning = list(events.reasoning)  # echoed by a re-ask of this reply
     clean = clean_first(call, completion, time.perf_counter() - began)
     if clean is not None:
@@ -262,13 +267,14 @@ async def translated_plain_stream(call_guard: GuardContext, request: web.Request
         async with call_guard.upstream.stream("chat/completions",
                                               orjson.dumps(parsed.chat.body),
                                               headers) as upstream:
-            async for line in sse_lines(upstream.content, call_guard.settings.max_body_bytes):
+            async for line in sse_lines(upstream.content, call_guard.settings.max_body_bytes,
+                                        call_guard.settings.max_answer_bytes):
                 line = line.strip()
                 if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
                     continue
                 try:
-                    chunk = orjson.loads(line[5:].strip())
-                except orjson.JSONDecodeError:
+                    chunk = json_text.loads(line[5:].strip())
+                except ValueError:
                     continue
                 if not isinstance(chunk, dict):
                     continue

@@ -16,13 +16,19 @@ import aiohttp
 import orjson
 import yarl
 
+from reflexguard.core import json_text
 from reflexguard.core.ladder import UpstreamFailure
-from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH, depth_exceeds, nesting_could_exceed
+from reflexguard.core.limits import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+    depth_exceeds,
+    nesting_could_exceed,
+)
 from reflexguard.core.model import JsonObject
 
 __all__ = [
-    "AnswerTooDeep", "RawResponse", "RequestDeadline", "Upstream", "UpstreamFailure",
-    "UpstreamHTTPError",
+    "AnswerTooDeep", "AnswerTooLarge", "RawResponse", "RequestDeadline", "Upstream",
+    "UpstreamFailure", "UpstreamHTTPError",
     "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnreachable", "parse_completion",
 ]
 
@@ -53,6 +59,15 @@ class UpstreamProtocolError(UpstreamFailure):
 
 class AnswerTooDeep(UpstreamProtocolError):
     """A chat completion nested deeper than reflexguard re-encodes: passed on unguarded."""
+
+
+class AnswerTooLarge(UpstreamProtocolError):
+    """An upstream answer (a body, or a guarded stream in total) past `max_answer_bytes`:
+    a looping model or a broken server. Its request is closed and counted (issue 30)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"upstream answer exceeds max_answer_bytes ({limit} bytes)")
+        self.limit = limit
 
 
 class UpstreamHTTPError(UpstreamFailure):
@@ -106,8 +121,10 @@ class Upstream:
         timeout: float = 600.0,
         connect_timeout: float = 10.0,
         max_connections: int = 256,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         url = yarl.URL(base_url)
+        self.max_answer_bytes = max_answer_bytes
         # Credentials in the URL become an explicit header: aiohttp refuses a URL with
         # user:password together with the Authorization header every SDK sends.
         self._url_auth = (aiohttp.encode_basic_auth(url.user or "", url.password or "")
@@ -194,7 +211,7 @@ class Upstream:
             ) as response:
                 self._answered(response.status)
                 try:
-                    payload = await response.read()
+                    payload = await self._read_bounded(response)
                 except BaseException:
                     response.close()
                     raise
@@ -212,6 +229,27 @@ class Upstream:
             raise UpstreamTimeout(f"upstream did not answer within the timeout: {exc}") from None
         except aiohttp.ClientError as exc:
             raise self._unreachable(url, exc) from None
+
+    async def _read_bounded(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole body, up to `max_answer_bytes`; AnswerTooLarge past it (the request is
+        closed and counted). A plain body of a known length is read in one call; a chunked
+        or compressed one (a small body can inflate without bound) piece by piece."""
+        limit = self.max_answer_bytes
+        length = response.content_length
+        if length is not None and length > limit:
+            self.abandoned(response, "too_large")
+            raise AnswerTooLarge(limit)
+        if length is not None and "Content-Encoding" not in response.headers:
+            return await response.read()  # aiohttp reads exactly Content-Length bytes
+        pieces: list[bytes] = []
+        size = 0
+        async for piece in response.content.iter_any():
+            size += len(piece)
+            if size > limit:
+                self.abandoned(response, "too_large")
+                raise AnswerTooLarge(limit)
+            pieces.append(piece)
+        return b"".join(pieces)
 
     def _answered(self, status: int) -> None:
         if self.outcomes is not None:
@@ -238,12 +276,13 @@ class Upstream:
         return raw
 
     async def completion(self, body: JsonObject, headers: Mapping[str, str],
-                         max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonObject:
+                         max_depth: int = DEFAULT_MAX_JSON_DEPTH,
+                         deadline: float | None = None) -> JsonObject:
         try:
             payload = orjson.dumps(body)
         except TypeError as exc:  # nested past orjson's 254 levels, or not JSON at all
             raise UpstreamProtocolError(f"re-ask body cannot be encoded: {exc}") from None
-        raw = await self.post_json("chat/completions", payload, headers)
+        raw = await self.post_json("chat/completions", payload, headers, deadline)
         return parse_completion(raw.body, max_depth)
 
     @asynccontextmanager
@@ -264,15 +303,18 @@ class Upstream:
         self._answered(response.status)
         try:
             if response.status >= 400:
-                payload = await response.read()
+                payload = await self._read_bounded(response)
                 raise UpstreamHTTPError(response.status, payload, response.content_type)
             yield response
         except BaseException as exc:
-            # The reader stopped half-way (its client hung up, a deadline fell): the
-            # connection is closed, not returned to the pool with the stream still coming.
-            if not response.content.at_eof():
-                self.abandoned(response, "cancelled" if isinstance(
-                    exc, asyncio.CancelledError | ConnectionResetError) else "stopped")
+            # The reader stopped half-way (its client hung up, a deadline fell, the answer
+            # grew too large): the connection is closed, not returned to the pool with
+            # the stream still coming.
+            if not response.content.at_eof() and not response.closed:
+                self.abandoned(response, "too_large" if isinstance(exc, AnswerTooLarge)
+                               else "cancelled" if isinstance(
+                                   exc, asyncio.CancelledError | ConnectionResetError)
+                               else "stopped")
             raise
         finally:
             response.release()
@@ -280,8 +322,10 @@ class Upstream:
 
 def parse_completion(payload: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonObject:
     try:
-        value: Any = orjson.loads(payload)
-    except orjson.JSONDecodeError:
+        # What orjson refuses and the agent's decoder reads (a lone surrogate, a 65-bit
+        # integer) is still judged (core/json_text.py); the body is bounded already.
+        value: Any = json_text.loads(payload)
+    except ValueError:
         raise UpstreamProtocolError("upstream answered with a body that is not JSON") from None
     if not isinstance(value, dict):
         raise UpstreamProtocolError("upstream answered with JSON that is not an object")

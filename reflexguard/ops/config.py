@@ -30,7 +30,11 @@ from pydantic_settings import (
 
 from reflexguard.core.grounding import DEFAULT_PATTERN
 from reflexguard.core.ladder import MAX_REPAIRS_CEILING, OnExhausted
-from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_SCHEMA_NODES
+from reflexguard.core.limits import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_SCHEMA_NODES,
+)
 from reflexguard.core.repair import ConstrainedMode
 from reflexguard.core.urls import endpoint_suffix, redact, without_endpoint
 from reflexguard.dialects.native import DIALECTS, DialectName
@@ -90,6 +94,10 @@ class Settings(BaseSettings):
     grounding_pattern: str = DEFAULT_PATTERN
     grounding_include_system: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_answer_bytes: int = Field(
+        DEFAULT_MAX_ANSWER_BYTES, ge=1024, description="an upstream answer (or a guarded "
+        "stream in all) past this many bytes is closed: 502, or an error event once "
+        "streaming (docs/reliability.md)")
     max_json_depth: int = Field(DEFAULT_MAX_JSON_DEPTH, ge=8, le=200)
     max_schema_nodes: int = Field(
         DEFAULT_MAX_SCHEMA_NODES, ge=100, le=10_000_000,

@@ -15,6 +15,9 @@ import orjson
 from reflexguard.core.limits import clip
 
 CONTENT_LIMIT = 16_384  # an opted-in content attribute, clipped: exporters cap spans too
+# An upstream's model name and response id, clipped: they ride in every queued span, and
+# a hostile or broken upstream can send 100 KB of either (issue 30).
+ATTRIBUTE_LIMIT = 256
 
 
 def capture_content() -> bool:
@@ -60,11 +63,12 @@ def response_attributes(completion: Mapping[str, Any]) -> dict[str, Any]:
     for key, name in (("model", "gen_ai.response.model"), ("id", "gen_ai.response.id")):
         value = completion.get(key) or source.get(key)
         if isinstance(value, str):
-            attributes[name] = value
+            attributes[name] = clip(value, ATTRIBUTE_LIMIT)
     # The provider's own word where its reply has one (Messages' stop_reason: tool_use),
     # else the chat view's finish_reason per choice.
-    reasons = [source["stop_reason"]] if isinstance(source.get("stop_reason"), str) else [
-        str(c.get("finish_reason")) for c in completion.get("choices") or []
+    reasons = [clip(source["stop_reason"], ATTRIBUTE_LIMIT)] \
+        if isinstance(source.get("stop_reason"), str) else [
+        clip(str(c.get("finish_reason")), ATTRIBUTE_LIMIT) for c in completion.get("choices") or []
         if isinstance(c, dict) and c.get("finish_reason") is not None]
     if reasons:
         attributes["gen_ai.response.finish_reasons"] = reasons

@@ -209,8 +209,9 @@ class Telemetry:
         for fix in attempt.fixes:
             self.fixes.labels(fix).inc()
         internal = [kind for verdict in attempt.verdicts for kind in verdict.internal_events]
-        for kind in internal:
-            self.fallback(kind, request_id=request_id, attempt=attempt.number)
+        for kind in internal:  # a validator fault is ours: logged at WARNING (check_fault)
+            record = self.warning_fallback if kind == "validator_error" else self.fallback
+            record(kind, request_id=request_id, attempt=attempt.number)
         # A clean first attempt (every call ok, nothing fixed, no internal event, no thin
         # margin) is counted and goes to the events file, but gets no log line: the log
         # is for what went wrong, and rendering a line per request cost more than the

@@ -55,7 +55,8 @@ async def test_every_re_ask_carries_max_tokens_derived_from_the_first_answer() -
 
 
 async def test_the_derived_bound_has_a_floor_and_a_ceiling() -> None:
-    assert [b["max_tokens"] for b in await reask_bodies(10)] == [REASK_TOKENS_FLOOR] * 2
+    # A short first answer: the floor on top of its own length, never a bare floor.
+    assert [b["max_tokens"] for b in await reask_bodies(10)] == [10 + REASK_TOKENS_FLOOR] * 2
     assert [b["max_tokens"] for b in await reask_bodies(1_500)] == \
         [REASK_TOKENS_CEILING] * 2
     # A first answer longer than the ceiling: room to write it again, and the floor more.
@@ -63,6 +64,18 @@ async def test_the_derived_bound_has_a_floor_and_a_ceiling() -> None:
         [50_000 + REASK_TOKENS_FLOOR] * 2
     # No usage reported: the ceiling.
     assert [b["max_tokens"] for b in await reask_bodies(None)] == [REASK_TOKENS_CEILING] * 2
+
+
+async def test_a_re_ask_always_has_room_for_the_first_answer_and_the_floor() -> None:
+    # The promise of docs/repair.md, where the factor's clamp alone fell short (issue 30):
+    # a 1,900-token call under the 2,048 ceiling, a 17-token one under the 256 floor.
+    assert [b["max_tokens"] for b in await reask_bodies(1_900)] == \
+        [1_900 + REASK_TOKENS_FLOOR] * 2
+    assert [b["max_tokens"] for b in await reask_bodies(17)] == [17 + REASK_TOKENS_FLOOR] * 2
+    for first in (1, 100, 128, 129, 1_024, 1_792, 1_793, 2_048, 9_999):
+        limit = ReaskTokens().limit(first, None)
+        assert limit >= first + REASK_TOKENS_FLOOR
+        assert limit == max(min(2 * first, REASK_TOKENS_CEILING), first + REASK_TOKENS_FLOOR)
 
 
 async def test_the_clients_own_smaller_limit_wins() -> None:
