@@ -53,3 +53,4 @@ def test_attempt_and_outcome_events_carry_the_dialect(tmp_path: Path) -> None:
     old = {k: v for k, v in json.loads(path.read_text().splitlines()[0]).items()
            if k != "dialect"}
     assert "dialect" not in read_event(json.dumps(old))
+

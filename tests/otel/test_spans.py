@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reflexguard.ops.otel_attributes import ATTRIBUTE_LIMIT, response_attributes
 from tests.conftest import chat_body
 from tests.fakes.fake_upstream import Scripted, text_completion, tool_call_completion
 from tests.otel.conftest import flush
@@ -254,3 +255,15 @@ async def test_margins_on_put_the_logit_margins_on_the_decision(fake, proxy, otl
         pytest.approx(expected.name_margin)]
     assert guard.attributes["reflexguard.tool_name_margin.min"] == pytest.approx(
         expected.name_margin)
+
+
+def test_span_attributes_copied_from_the_upstream_are_clipped() -> None:
+    """A 100 KB model name or id rides in every queued span otherwise (issue 30)."""
+    huge = "m" * 100_000
+    attributes = response_attributes({"model": huge, "id": huge, "choices": [
+        {"finish_reason": huge}], "reflexguard_native": {"stop_reason": huge}})
+    for name in ("gen_ai.response.model", "gen_ai.response.id"):
+        assert len(attributes[name]) <= ATTRIBUTE_LIMIT + 1, name
+    assert all(len(r) <= ATTRIBUTE_LIMIT + 1 for r in attributes["gen_ai.response.finish_reasons"])
+    small = response_attributes({"model": "qwen", "id": "c1"})
+    assert small["gen_ai.response.model"] == "qwen" and small["gen_ai.response.id"] == "c1"
