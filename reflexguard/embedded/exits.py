@@ -1,9 +1,9 @@
 """Why a model process ended, in words a person can act on.
 
 Pure but for one look, at import, at where the package lies (ops.install: a wheel user is
-told another rebuild command than a checkout user). Shared by the supervisor (a child that died while serving),
-`model_server` (a child that died while starting) and `reflexguard model doctor` (a probe
-that died), so the same death is explained the same way everywhere.
+told another rebuild command than a checkout user). Shared by the supervisor (a child that
+died while serving), `model_server` (a child that died while starting) and `reflexguard
+model doctor` (a probe that died), so the same death is explained the same way everywhere.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from reflexguard.ops.install import install_runtime
 from reflexguard.embedded.variants import QWEN_05B, SHIPPED, VARIANTS, Source, Variant, variant
+from reflexguard.ops.install import install_runtime
 
 CHUNK = 1 << 20
 

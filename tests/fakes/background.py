@@ -15,6 +15,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -46,10 +47,8 @@ class Background:
 
     def _kill(self) -> None:
         if self.group:
-            try:
+            with suppress(ProcessLookupError):  # already gone
                 os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         else:
             self.process.kill()
         self.process.wait()

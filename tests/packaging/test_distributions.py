@@ -27,9 +27,9 @@ import pytest
 from reflexguard.ops.install import EMBEDDED_EXTRA, SETUP_SCRIPT
 from reflexguard.ops.loopback import free_port
 from tests.conftest import TOOLS, chat_body
-from tests.packaging.install_run import ROOT, Installed, clean_env, start
 from tests.fakes.fake_upstream import FakeUpstream, Scripted, tool_call_completion
 from tests.fakes.threaded_upstream import threaded_fake
+from tests.packaging.install_run import ROOT, Installed, clean_env, start
 
 pytestmark = pytest.mark.network
 
