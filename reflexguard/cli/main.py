@@ -126,10 +126,37 @@ def _screen_parser(commands: Any) -> None:
     add_screen_parser(commands)
 
 
+def installed_version() -> str:
+    """The installed distribution's version (what pip and uv report); the package's own
+    where none is installed, as in a checkout run through PYTHONPATH alone."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("reflexguard")
+    except metadata.PackageNotFoundError:
+        import reflexguard
+
+        return reflexguard.__version__
+
+
+class _Version(argparse.Action):
+    """`--version`, read only when asked for: importlib.metadata is not free, and the
+    parser is built on every run."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {installed_version()}")
+        parser.exit()
+
+
 def parser(setting_flags: bool = True) -> argparse.ArgumentParser:
     """The command line. `setting_flags=False` leaves out the flags made from the settings'
     fields, which import the settings (0.6 s): only `serve` reads them."""
     root = OneLineParser(prog="reflexguard", description=__doc__)
+    root.add_argument("--version", action=_Version)
     commands = root.add_subparsers(dest="command", required=True)
     _serve_parser(commands, setting_flags)
     _model_parser(commands)

@@ -26,6 +26,7 @@ import orjson
 from reflexguard.embedded import lifetime, model_store
 from reflexguard.embedded.exits import describe_exit
 from reflexguard.embedded.lifetime import stop
+from reflexguard.ops.install import install_runtime
 from reflexguard.ops.loopback import free_port
 
 HEALTH_TIMEOUT = 180.0
@@ -79,7 +80,8 @@ def check_runtime() -> None:
     try:
         import llama_cpp  # noqa: F401  (only to fail early with a clear message)
     except ImportError:
-        raise ChildFailed("llama-cpp-python is not installed; run scripts/setup.sh") from None
+        raise ChildFailed(f"llama-cpp-python is not installed; {install_runtime()}, or serve "
+                          "another model with --upstream URL") from None
 
 
 def launch(variant: str, model: Path, n_ctx: int = 8192, threads: int | None = None,

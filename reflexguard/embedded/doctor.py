@@ -19,6 +19,7 @@ from typing import Any
 
 from reflexguard.embedded import cpu, model_store
 from reflexguard.embedded.exits import describe_exit
+from reflexguard.ops.install import checkout_root, install_runtime, rebuild_runtime
 
 PROBE_TIMEOUT = 600.0  # load + 300 prompt tokens + 32 decodes; minutes only on a slow CPU
 BUILD_KEY_FILE = "llama-build-key"  # written into the venv by scripts/setup.sh
@@ -95,27 +96,35 @@ def _cpu_report(text: str) -> set[str]:
     return flags
 
 
+def _unkeyed() -> str:
+    """Why no build key is recorded: only setup's keyed build writes one; pip's own build
+    of the `embedded` extra has none to write."""
+    if checkout_root() is not None:
+        return "not installed by scripts/setup.sh"
+    return "llama-cpp-python built by pip, not by a checkout's scripts/setup.sh"
+
+
 def _build_report(flags: set[str]) -> str | None:
     """Prints the build; returns a problem when llama_cpp cannot even be imported."""
     key = build_key()
     args, path = cmake_args(key)
     _line("build key", f"{key} ({Path(sys.prefix, BUILD_KEY_FILE)})" if key else
-          f"unknown: no {Path(sys.prefix, BUILD_KEY_FILE)} (not installed by scripts/setup.sh)")
+          f"unknown: no {Path(sys.prefix, BUILD_KEY_FILE)} ({_unkeyed()})")
     if args is not None:
         _line("cmake args", f"{args} ({path})")
     elif path is not None:
         _line("cmake args", f"not found at {path} (the wheel cache was moved or cleared)")
     info = run_probe("info")
     if info.record is None:
-        return f"importing llama_cpp failed: {info.failure}; run scripts/setup.sh"
+        return f"importing llama_cpp failed: {info.failure}; {install_runtime()}"
     system = str(info.record["system_info"]).strip()
     _line("llama.cpp", f"llama-cpp-python {info.record['version']}; {system}")
     features = cpu.parse_system_info(system)
     _line("build uses", " ".join(cpu.built_features(features)) or "no x86 SIMD features")
     for name in cpu.mismatches(features, flags):
         _line("warning", f"the build uses {name}, which this CPU does not report "
-                         f"({cpu.BUILT_TO_CPUINFO[name]}): expect SIGILL; rebuild with "
-                         f"scripts/setup.sh")
+                         f"({cpu.BUILT_TO_CPUINFO[name]}): expect SIGILL; "
+                         f"{rebuild_runtime()}")
     return None
 
 

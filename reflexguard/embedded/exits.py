@@ -1,8 +1,9 @@
 """Why a model process ended, in words a person can act on.
 
-Pure: nothing here does I/O. Shared by the supervisor (a child that died while serving),
-`model_server` (a child that died while starting) and `reflexguard model doctor` (a probe
-that died), so the same death is explained the same way everywhere.
+Pure but for one look, at import, at where the package lies (ops.install: a wheel user is
+told another rebuild command than a checkout user). Shared by the supervisor (a child that
+died while serving), `model_server` (a child that died while starting) and `reflexguard
+model doctor` (a probe that died), so the same death is explained the same way everywhere.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-REBUILD = ("rebuild with scripts/setup.sh (GGML_NATIVE=OFF; it probes AVX-512 before "
-           "using it and never enables AMX), then check with `reflexguard model doctor`")
+from reflexguard.ops.install import rebuild_runtime
+
+REBUILD = rebuild_runtime() + ", then check with `reflexguard model doctor`"
 
 # The causes worth naming. A signal not listed here gets the generic explanation.
 CAUSES: dict[str, str] = {

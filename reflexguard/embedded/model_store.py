@@ -20,6 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from reflexguard.embedded.variants import QWEN_05B, SHIPPED, VARIANTS, Source, Variant, variant
+from reflexguard.ops.install import install_runtime
 
 CHUNK = 1 << 20
 
@@ -138,7 +139,7 @@ def quantize(name: str) -> Path:
     try:
         import llama_cpp
     except ImportError:
-        raise ModelError("llama-cpp-python is not installed; run scripts/setup.sh") from None
+        raise ModelError(f"llama-cpp-python is not installed; {install_runtime()}") from None
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = v.ftype
     params.allow_requantize = True
