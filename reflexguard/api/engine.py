@@ -43,7 +43,6 @@ from reflexguard.dialects.chat_stream import (
     closing_chunk_bodies,
     text_chunk_body,
 )
-from reflexguard.dialects.trajectory import steps_of
 from reflexguard.dialects.native import (
     NATIVE_KEY,
     Dialect,
@@ -51,6 +50,7 @@ from reflexguard.dialects.native import (
     echoing_builders,
     native_reply,
 )
+from reflexguard.dialects.trajectory import steps_of
 from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings
 from reflexguard.ops.policy import grounding_policy, guard_policy, loop_policy, request_budget

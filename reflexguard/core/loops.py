@@ -23,8 +23,11 @@ docs/decisions.md, "The loop guard"):
   steps from the latest such step on count. A file re-read after writing it therefore never
   counts the reads before the write; an alternation of two calls that bring nothing new
   (`ls`, `cat`, `ls`, `cat`) still counts as a loop.
-- **Every earlier result equal**: a call whose results differ within that window (a poll
-  that answers 10%, 50%, 10%) is never a repeat.
+- **Every earlier result equal**: a call whose results differ within that window is never
+  a repeat; and a call whose result ever changed with nothing new from another call in
+  between (a poll answering 10%, 50%, done) is polled, never a repeat in this turn, at any
+  `loop_repeats`. (A poll whose result has not changed yet looks like a loop: it gets the
+  one re-ask, and its call goes through if the model makes it again.)
 - A call with no result (the conversation moved on without one) neither counts nor resets.
 
 `scan` is one pass over the steps plus one over the window; `repeats_in` one dict lookup
@@ -127,14 +130,24 @@ def normal_text(text: str) -> str:
 
 def scan(steps: Sequence[Step], repeats: int) -> LoopIndex:
     """The calls made at least `repeats` times, each with the same result, since the latest
-    step that brought something new (the module's rules)."""
+    step that brought something new, and never a call whose result changed on its own (the
+    module's rules)."""
     if repeats < 1 or len(steps) < repeats:
         return NO_LOOPS
     seen: set[tuple[str, str, str]] = set()
-    start = 0
+    last: dict[tuple[str, str], tuple[int, str]] = {}  # call -> (position, result) last seen
+    polling: set[tuple[str, str]] = set()
+    start = 0  # the latest novel step: the window's first
     for at, step in enumerate(steps):
         if step.result is None:
             continue
+        call = (step.name, step.arguments)
+        before = last.get(call)
+        if before is not None and before[1] != step.result and start <= before[0]:
+            # Its result changed with nothing new from any other call in between: the
+            # tool answers differently by itself (a job, a clock), so it is polled.
+            polling.add(call)
+        last[call] = (at, step.result)
         key = (step.name, step.arguments, step.result)
         if key not in seen:
             seen.add(key)
@@ -152,7 +165,7 @@ def scan(steps: Sequence[Step], repeats: int) -> LoopIndex:
             runs[call] = (times + 1, result if result == step.result else None)
     return LoopIndex({call: Repeat(call[0], call[1], times, result)
                       for call, (times, result) in runs.items()
-                      if times >= repeats and result is not None})
+                      if times >= repeats and result is not None and call not in polling})
 
 
 def repeats_in(reply: Reply, index: LoopIndex) -> tuple[tuple[int, Repeat], ...]:

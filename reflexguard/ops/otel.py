@@ -22,7 +22,6 @@ from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from reflexguard.core.limits import clip
-from reflexguard.ops.otel_loops import loop_attributes
 from reflexguard.ops.otel_attributes import (
     CONTENT_LIMIT,
     capture_content,
@@ -33,6 +32,7 @@ from reflexguard.ops.otel_attributes import (
     request_content,
     response_attributes,
 )
+from reflexguard.ops.otel_loops import loop_attributes
 
 SCOPE = "reflexguard"
 COMPONENT = "reflexguard"

@@ -77,7 +77,7 @@ async def test_a_repeat_is_re_asked_once_and_the_new_answer_goes_out() -> None:
 
 
 async def test_a_re_ask_that_repeats_again_gives_the_agent_the_original() -> None:
-    send = ListSend(REPEAT)
+    send = ListSend(tool_call_completion("get_order_details", GOOD))
     result = await guarded(looping_body(), REPEAT, send)
     assert result.loop is not None
     assert (result.loop.action, result.loop.reason) == ("kept", "repeated_again")

@@ -61,7 +61,12 @@ def test_a_polling_tool_whose_result_changes_until_done_never_fires() -> None:
     for result in ("running 10%", "running 50%", "running 90%", "done"):
         steps.append(step(*poll, result))
         assert not repeats_in(reply(poll), scan(steps, repeats=2)), result
-    assert not repeats_in(reply(poll), scan(steps, repeats=1))
+    assert not repeats_in(reply(poll), scan(steps, repeats=1))  # polled: never, at any N
+
+
+def test_a_poll_that_has_not_changed_yet_looks_like_a_loop() -> None:
+    poll = ("job_status", '{"job": 7}')
+    assert repeats_in(reply(poll), scan([step(*poll, "running")] * 2, repeats=2))
 
 
 def test_a_result_that_alternates_is_never_a_repeat() -> None:
@@ -82,12 +87,16 @@ def test_a_file_re_read_after_writing_it_never_fires() -> None:
 
 
 def test_alternating_calls_that_bring_nothing_new_still_loop() -> None:
+    """The count starts at the latest new step (the first `cat`), so `ls` needs one more
+    round than `cat` to reach it."""
     ls, cat = ("ls", "{}"), CAT
     steps = [step(*ls, "example.txt"), step(*cat, "hello"), step(*ls, "example.txt"),
              step(*cat, "hello")]
     index = scan(steps, repeats=2)
-    assert [r.name for _, r in repeats_in(reply(ls), index)] == ["ls"]
     assert [r.name for _, r in repeats_in(reply(cat), index)] == ["cat"]
+    assert not repeats_in(reply(ls), index)
+    index = scan([*steps, step(*ls, "example.txt")], repeats=2)
+    assert [r.name for _, r in repeats_in(reply(ls), index)] == ["ls"]
 
 
 def test_a_new_result_in_between_restarts_the_count() -> None:

@@ -66,6 +66,34 @@ def answer(dialect: str, native: bool, call: tuple[str, dict[str, Any]]) -> Scri
     return Scripted(openai_response(function_call(name, arguments)))
 
 
+def called(text: str, dialect: str, stream: bool) -> list[str]:
+    """The tool names the agent was answered with (not the tool list a reply echoes)."""
+    if not stream:
+        body = json.loads(text)
+        if dialect == "chat":
+            return [c["function"]["name"]
+                    for c in body["choices"][0]["message"].get("tool_calls") or []]
+        if dialect == "messages":
+            return [b["name"] for b in body["content"] if b["type"] == "tool_use"]
+        return [i["name"] for i in body["output"] if i["type"] == "function_call"]
+    names: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("data:") or line == "data: [DONE]":
+            continue
+        data = json.loads(line[5:])
+        if dialect == "chat":
+            names += [d["function"]["name"] for c in data.get("choices", [])
+                      for d in c.get("delta", {}).get("tool_calls") or []
+                      if d.get("function", {}).get("name")]
+        elif dialect == "messages" and data.get("type") == "content_block_start" \
+                and data["content_block"]["type"] == "tool_use":
+            names.append(data["content_block"]["name"])
+        elif data.get("type") == "response.output_item.done" \
+                and data["item"]["type"] == "function_call":
+            names.append(data["item"]["name"])
+    return names
+
+
 def counted(metrics: str, action: str, dialect: str) -> float:
     for line in metrics.splitlines():
         if (line.startswith("reflexguard_repeated_calls_total{") and f'action="{action}"' in line
@@ -98,7 +126,7 @@ async def test_a_repeated_call_is_re_asked_and_the_new_answer_reaches_the_agent(
     upstream.script = [answer(dialect, native, REPEATED), answer(dialect, native, OTHER)]
     client = await proxy(**proxy_settings(native))
     text = await post(client, dialect, looping(dialect), stream)
-    assert "cancel_order" in text and REPEATED[0] not in text
+    assert called(text, dialect, stream) == ["cancel_order"]
     assert upstream.calls == 2
     reask = json.dumps(upstream.requests[1])
     assert "already called" in reask and "pending, 2 items" in reask
@@ -118,7 +146,7 @@ async def test_a_re_ask_that_repeats_again_gives_the_agent_the_original(
     upstream.script = [answer(dialect, native, REPEATED), answer(dialect, native, REPEATED)]
     client = await proxy(**proxy_settings(native))
     text = await post(client, dialect, looping(dialect), stream)
-    assert REPEATED[0] in text and "cancel_order" not in text
+    assert called(text, dialect, stream) == [REPEATED[0]]
     metrics = await (await client.get("/metrics")).text()
     assert counted(metrics, "kept", dialect) == 1.0
     assert 'reflexguard_fallbacks_total{kind="repeated_call_kept"} 1.0' in metrics
@@ -133,7 +161,7 @@ async def test_observe_counts_the_repeat_and_forwards_the_answer(
     upstream.script = [answer(dialect, True, REPEATED)]
     client = await proxy(loop_guard="observe")
     text = await post(client, dialect, looping(dialect), False)
-    assert REPEATED[0] in text and upstream.calls == 1
+    assert called(text, dialect, False) == [REPEATED[0]] and upstream.calls == 1
     metrics = await (await client.get("/metrics")).text()
     assert counted(metrics, "observed", dialect) == 1.0
 
