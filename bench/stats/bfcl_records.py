@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 # off: observe; on: the repair ladder; on+loop: the ladder and the loop guard (issue 32).
 BfclArm = Literal["off", "on", "on+loop"]
 BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on", "on+loop")
+DEFAULT_ARMS: tuple[BfclArm, ...] = ("off", "on")  # on+loop by --arms (the multi-turn study)
 
 
 class CaseRecord(BaseModel):

@@ -164,8 +164,13 @@ class GuardedRequest:
         with the loop guard on."""
         if self._loop_index is None:
             loops = self.guard.loops
-            self._loop_index = NO_LOOPS if not loops.on else scan(
-                steps_of(self.body, self.dialect_name), loops.repeats)
+            self._loop_index = NO_LOOPS
+            if loops.on:
+                steps, cut = steps_of(self.body, self.dialect_name)
+                if cut:  # older steps unread (dialects/trajectory.py): counted
+                    self.guard.telemetry.fallback("loop_scan_bound", request_id=self.request_id,
+                                                  dialect=self.dialect_name)
+                self._loop_index = scan(steps, loops.repeats)
         return self._loop_index
 
     @property

@@ -12,6 +12,12 @@ within one turn), and at most one pass over the whole when the user spoke only o
 - **Pairing**: a result answers the call with its id; a result whose id matches no
   unanswered call (empty or repeated ids, as tau2 writes them) answers the earliest
   unanswered call, by position.
+- **Bounded**: at most MAX_SCANNED_CALLS calls back from the end are read. A loop shows in
+  a few steps; reading 10,000 calls of one turn cost ~0.1-0.4 s of event loop here (2 busy
+  cores), against ~10 ms for 1,000. Steps older than the bound are not seen, so a pair
+  seen only there counts as new (the guard fires later, not sooner) and a poll whose result
+  changed only there is not known as one; the edge counts the bound's use
+  (`loop_scan_bound`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from typing import Any
 
 from reflexguard.core.loops import ERROR_MARK, Step, canonical, normal_text
 from reflexguard.core.model import JsonObject
+
+MAX_SCANNED_CALLS = 1000
+Steps = tuple[list[Step], bool]  # the steps, and whether MAX_SCANNED_CALLS cut them short
 
 
 def _text(content: object) -> str:
@@ -68,24 +77,37 @@ class _Pairing:
                                                   strict=True)]
 
 
-def _last(items: list[Any], is_turn: Callable[[Any], bool]) -> int:
-    """The position after the user's latest turn (0 when there is none)."""
+def _tail(items: list[Any], is_turn: Callable[[Any], bool],
+          calls_in: Callable[[Any], int]) -> tuple[int, bool]:
+    """Where to start reading: after the user's latest turn, or at the item from which at
+    most MAX_SCANNED_CALLS calls follow (then True: the bound cut the reading short)."""
+    calls = 0
     for at in range(len(items) - 1, -1, -1):
-        if is_turn(items[at]):
-            return at + 1
-    return 0
+        item = items[at]
+        if is_turn(item):
+            return at + 1, False
+        calls += calls_in(item)
+        if calls > MAX_SCANNED_CALLS:
+            return at + 1, True
+    return 0, False
 
 
 def _chat_turn(message: Any) -> bool:
     return isinstance(message, dict) and message.get("role") == "user"
 
 
-def chat_steps(body: JsonObject) -> list[Step]:
+def _chat_calls(message: Any) -> int:
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    return len(calls) if isinstance(calls, list) else 0
+
+
+def chat_steps(body: JsonObject) -> Steps:
     messages = body.get("messages")
     if not isinstance(messages, list):
-        return []
+        return [], False
     pairing = _Pairing()
-    for message in messages[_last(messages, _chat_turn):]:
+    start, cut = _tail(messages, _chat_turn, _chat_calls)
+    for message in messages[start:]:
         if not isinstance(message, dict):
             continue
         if message.get("role") == "tool":
@@ -98,7 +120,7 @@ def chat_steps(body: JsonObject) -> list[Step]:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 pairing.call(call.get("id"), function.get("name"), function.get("arguments"))
-    return pairing.steps()
+    return pairing.steps(), cut
 
 
 def _messages_turn(message: Any) -> bool:
@@ -109,12 +131,20 @@ def _messages_turn(message: Any) -> bool:
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content))
 
 
-def messages_steps(body: JsonObject) -> list[Step]:
+def _messages_calls(message: Any) -> int:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_use")
+
+
+def messages_steps(body: JsonObject) -> Steps:
     messages = body.get("messages")
     if not isinstance(messages, list):
-        return []
+        return [], False
     pairing = _Pairing()
-    for message in messages[_last(messages, _messages_turn):]:
+    start, cut = _tail(messages, _messages_turn, _messages_calls)
+    for message in messages[start:]:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
@@ -128,7 +158,7 @@ def messages_steps(body: JsonObject) -> list[Step]:
                 text = _text(block.get("content"))
                 pairing.result(block.get("tool_use_id"),
                                ERROR_MARK + text if block.get("is_error") is True else text)
-    return pairing.steps()
+    return pairing.steps(), cut
 
 
 def _responses_turn(item: Any) -> bool:
@@ -136,12 +166,17 @@ def _responses_turn(item: Any) -> bool:
             and item.get("type", "message") == "message")
 
 
-def responses_steps(body: JsonObject) -> list[Step]:
+def _responses_calls(item: Any) -> int:
+    return 1 if isinstance(item, dict) and item.get("type") == "function_call" else 0
+
+
+def responses_steps(body: JsonObject) -> Steps:
     items = body.get("input")
     if not isinstance(items, list):
-        return []  # a string input: one user message, no calls
+        return [], False  # a string input: one user message, no calls
     pairing = _Pairing()
-    for item in items[_last(items, _responses_turn):]:
+    start, cut = _tail(items, _responses_turn, _responses_calls)
+    for item in items[start:]:
         if not isinstance(item, dict):
             continue
         kind = item.get("type")
@@ -149,14 +184,15 @@ def responses_steps(body: JsonObject) -> list[Step]:
             pairing.call(item.get("call_id"), item.get("name"), item.get("arguments"))
         elif kind == "function_call_output":
             pairing.result(item.get("call_id"), _text(item.get("output")))
-    return pairing.steps()
+    return pairing.steps(), cut
 
 
-READERS: dict[str, Callable[[JsonObject], list[Step]]] = {
+READERS: dict[str, Callable[[JsonObject], Steps]] = {
     "chat": chat_steps, "messages": messages_steps, "responses": responses_steps}
 
 
-def steps_of(body: JsonObject, dialect: str) -> list[Step]:
-    """The steps since the user last spoke in a request of `dialect` (none if unknown)."""
+def steps_of(body: JsonObject, dialect: str) -> Steps:
+    """The steps since the user last spoke in a request of `dialect` (none if unknown), at
+    most MAX_SCANNED_CALLS of them, and whether that bound cut them short."""
     reader = READERS.get(dialect)
-    return reader(body) if reader is not None else []
+    return reader(body) if reader is not None else ([], False)

@@ -139,8 +139,13 @@ class GuardedCall:
         """The calls this request's conversation already repeats (core/loops.py), read from
         the client's body once, and only with the loop guard on."""
         if self._loop_index is None:
-            self._loop_index = NO_LOOPS if not self.loops.on else scan(
-                steps_of(self.client_body(), self.dialect), self.loops.repeats)
+            self._loop_index = NO_LOOPS
+            if self.loops.on:
+                steps, cut = steps_of(self.client_body(), self.dialect)
+                if cut:  # older steps unread (dialects/trajectory.py): counted
+                    self.guard.telemetry.fallback("loop_scan_bound", request_id=self.request_id,
+                                                  dialect=self.dialect)
+                self._loop_index = scan(steps, self.loops.repeats)
         return self._loop_index
 
     def may_repeat(self, names: tuple[str, ...]) -> bool:

@@ -44,7 +44,7 @@ def looping_body(times: int = 2, **extra: Any) -> JsonObject:
 
 
 def index_of(body: JsonObject, repeats: int = 2) -> LoopIndex:
-    return scan(steps_of(body, "chat"), repeats)
+    return scan(steps_of(body, "chat")[0], repeats)
 
 
 async def guarded(body: JsonObject, answer: JsonObject, send: ListSend, mode: str = "repair",
