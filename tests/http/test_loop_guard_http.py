@@ -204,3 +204,24 @@ async def test_a_repeat_never_spends_the_error_budget(fake, proxy) -> None:
     assert response.headers["x-reflexguard-chosen-attempt"] == "1"
     assert response.headers["x-reflexguard-attempts"] == "2"
     assert body["usage"]["prompt_tokens"] == 20  # the agent is billed the re-ask too
+
+
+async def test_a_turn_longer_than_the_scan_bound_is_read_from_its_end_and_counted(
+        fake, proxy) -> None:
+    from reflexguard.dialects.trajectory import MAX_SCANNED_CALLS
+
+    upstream, _ = fake
+    upstream.script = [answer("chat", True, REPEATED), answer("chat", True, OTHER)]
+    body = chat_body()
+    for t in range(MAX_SCANNED_CALLS):  # distinct calls, then the loop at the end
+        body["messages"] += [
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"d{t}", "type": "function",
+                 "function": {"name": "cancel_order", "arguments": json.dumps({"n": t})}}]},
+            {"role": "tool", "tool_call_id": f"d{t}", "content": "done"}]
+    body["messages"] += looping("chat")["messages"][2:]
+    client = await proxy(loop_guard="repair")
+    text = await post(client, "chat", body, False)
+    assert called(text, "chat", False) == ["cancel_order"]  # the loop at the end was seen
+    metrics = await (await client.get("/metrics")).text()
+    assert 'reflexguard_fallbacks_total{kind="loop_scan_bound"} 1.0' in metrics
