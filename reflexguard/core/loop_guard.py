@@ -5,7 +5,9 @@ as a step of its trajectory. When a call in it repeats a call the conversation a
 `loop_repeats` times with one result (reflexguard/core/loops.py), then by `loop_guard`:
 
 - `observe`: the reply goes out as it is; the repeat is counted (`LoopReport`).
-- `repair`: one re-ask, through the ladder's own builders (the dialect's wire format) and
+- `repair`: one re-ask per run of repeats (at the repeat that first reaches
+  `loop_repeats`; later repeats of the same run are kept and counted), through the ladder's
+  own builders (the dialect's wire format) and
   bounds (the re-ask length, and the request's deadline at the edge), whose tool message
   says exactly what was repeated, how often and with what result (quoted, clipped and
   defanged: core/feedback.py `repeated_call_note`). A valid answer that repeats nothing is
@@ -113,6 +115,11 @@ def settled_without_reask(result: LadderResult, rules: CallRules, policy: LoopPo
         return replace(result, loop=LoopReport(repeats, "observed"))
     if rules.tool_choice.mode == "named":
         return _kept(result, LoopReport(repeats, "kept", "named_tool_choice"))
+    if not any(repeat.times == policy.repeats for _, repeat in repeats):
+        # One re-ask per run of repeats: at the repeat that first reaches loop_repeats. A
+        # model that repeats again after it would most likely repeat again after another,
+        # and a re-ask at every later step would double the cost of every looping step.
+        return _kept(result, LoopReport(repeats, "kept", "past_threshold"))
     return None
 
 

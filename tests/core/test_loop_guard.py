@@ -151,3 +151,14 @@ def test_settled_without_reask_says_when_a_re_ask_is_due() -> None:
                                  "best") is None
     observed = settled_without_reask(clean, RULES, LoopPolicy("observe"), index_of(body), "best")
     assert observed is not None and observed.loop is not None
+
+
+async def test_one_re_ask_per_run_later_repeats_are_kept_and_counted() -> None:
+    """At the third identical call the guard re-asks; the model repeated anyway, so at the
+    fourth it is not asked again (that would double the cost of every looping step)."""
+    send = ListSend()
+    result = await guarded(looping_body(times=3), REPEAT, send)
+    assert result.loop is not None
+    assert (result.loop.action, result.loop.reason) == ("kept", "past_threshold")
+    assert send.bodies == [] and KEPT in result.fallbacks
+    assert returned_attempt(result, "best").number == 1
