@@ -21,6 +21,7 @@ class EventTally:
     extra: int = 0  # re-asks and constrained attempts
     attempted: int = 0  # outcomes other than "observed"
     succeeded: int = 0  # of those, repaired
+    repeated: Counter[str] = field(default_factory=Counter)  # loop guard: action -> calls
 
 
 def tally(events: Iterable[Event]) -> EventTally:
@@ -33,11 +34,13 @@ def tally(events: Iterable[Event]) -> EventTally:
                     out.first[call["channel"]] += 1
                     if call["channel"] == Channel.UNKNOWN_TOOL and call["name"]:
                         out.names[call["name"]] += 1
-            elif event["kind"] in ("reask", "constrained"):
+            elif event["kind"] in ("reask", "constrained", "loop"):
                 out.extra += 1
         elif event["event"] == "outcome":
             out.outcomes[event["outcome"]] += 1
             if event["outcome"] != "observed":
                 out.attempted += 1
                 out.succeeded += event["outcome"] in REPAIRED
+        elif event["event"] == "repeated_call":
+            out.repeated[event["action"]] += len(event["calls"])
     return out

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from bench.bfcl.categories import DEFAULT_CATEGORIES, DEFAULT_SEED, CategoryError, check_categories
 from bench.bfcl.runner import GENERATION_CAP
-from bench.stats.bfcl_records import BFCL_ARMS, BfclArm
+from bench.stats.bfcl_records import BFCL_ARMS, DEFAULT_ARMS, BfclArm
 from reflexguard.embedded.lifetime import Terminated, sigterm_as_interrupt
 from reflexguard.ops.oneline import OneLineParser
 
@@ -38,7 +38,9 @@ def parser() -> OneLineParser:
     p.add_argument("--cells", default=None, metavar="PRECISIONS|cells.yaml",
                    help="embedded precisions, comma-separated (default Q4_K_M,Q2_K), or a "
                         "cells.yaml (bench.compare's format)")
-    p.add_argument("--arms", nargs="+", choices=list(BFCL_ARMS), default=list(BFCL_ARMS))
+    p.add_argument("--arms", nargs="+", choices=list(BFCL_ARMS), default=list(DEFAULT_ARMS),
+                   help="off (observe), on (the ladder), on+loop (the ladder and "
+                        "loop_guard: repair); default off on")
     p.add_argument("--out", type=Path, default=None, help="default: runs/bfcl-<timestamp>")
     p.add_argument("--resume", action="store_true",
                    help="continue OUT: BFCL skips saved cases, stored records stay")

@@ -50,7 +50,7 @@ def proxy_fields(events: Iterable[Event]) -> dict[str, Any]:
     seen = tally(events)
     return {"requests": seen.requests, "first_attempt_channels": dict(seen.first),
             "unknown_tool_names": dict(seen.names), "outcomes": dict(seen.outcomes),
-            "extra_upstream_calls": seen.extra}
+            "extra_upstream_calls": seen.extra, "repeated_calls": dict(seen.repeated)}
 
 
 def _total(value: Any) -> int:

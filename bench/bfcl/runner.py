@@ -85,11 +85,12 @@ def _slug(text: str) -> str:
 
 
 def project_root(out: Path, entry: ModelEntry, precision: Precision, arm: BfclArm) -> Path:
-    return out / "bfcl" / f"{_slug(entry.name)}@{_slug(precision.label.split()[0])}-{arm}"
+    return out / "bfcl" / f"{_slug(entry.name)}@{_slug(precision.label.split()[0])}-{_slug(arm)}"
 
 
 def events_path(out: Path, entry: ModelEntry, precision: Precision, arm: BfclArm) -> Path:
-    return out / "events" / f"{_slug(entry.name)}@{_slug(precision.label.split()[0])}-{arm}.jsonl"
+    return out / "events" / (f"{_slug(entry.name)}@{_slug(precision.label.split()[0])}-"
+                             f"{_slug(arm)}.jsonl")
 
 
 @contextlib.contextmanager
@@ -132,10 +133,12 @@ def answer_book(options: RunOptions, existing: list[CaseRecord],
 def proxy_settings(config: CellsConfig, precision: Precision, arm: BfclArm, base_url: str,
                    api_key: str | None, events: Path) -> Settings:
     """Observe mode for `off` (text calls are still lifted, as a server's tool parser
-    would), the ladder for `on`; everything else as the tau2 bench configures a cell."""
+    would), the ladder for `on`, the ladder and the loop guard (repair) for `on+loop`;
+    everything else as the tau2 bench configures a cell."""
     return Settings(
         upstream=base_url, upstream_api_key=SecretStr(api_key) if api_key else None,
-        repair=arm == "on", max_repairs=config.max_repairs,
+        repair=arm != "off", max_repairs=config.max_repairs,
+        loop_guard="repair" if arm == "on+loop" else "off",
         tool_call_format=precision.tool_call_format,
         constrained_retry=precision.constrained_retry,
         grounding=DOMAIN in config.grounding_domains, events=events, log_level="warning")

@@ -11,6 +11,7 @@ from bench.report.bfcl_plots import draw_all
 from bench.report.writer import percent, to_html
 from bench.stats.bfcl_records import CaseRecord
 from bench.stats.bfcl_summary import summarise
+from bench.stats.bfcl_trajectory import trajectory_table
 
 NOTE = (
     "Generation and scoring are BFCL's own (bfcl-eval 2026.3.23: its OpenAI-compatible "
@@ -209,6 +210,11 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
               "usage), paired on − off with bootstrap 95% CIs. Seconds compare arms that ran "
               "at different times on a shared machine: read them as load, not as cost.",
               ""] + _cost(summary)
+    lines += ["## Multi-turn trajectories", "",
+              "Over the multi-turn cases: cases BFCL force-terminated at its step limit, "
+              "requests and input tokens per case as billed, and the loop guard's repeated "
+              "calls by what it did (`on+loop`: the ladder and `loop_guard: repair`).", ""
+              ] + trajectory_table(summary.get("trajectories", {}))
     agreement = "; ".join(f"{_short(c)} {_ci(r)}" for c, r in summary["agreement"].items())
     lines += ["## Determinism floor", "",
               "Cases where repair changed nothing (every request clean or observed, no extra "

@@ -12,8 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-BfclArm = Literal["off", "on"]
-BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on")
+# off: observe; on: the repair ladder; on+loop: the ladder and the loop guard (issue 32).
+BfclArm = Literal["off", "on", "on+loop"]
+BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on", "on+loop")
+DEFAULT_ARMS: tuple[BfclArm, ...] = ("off", "on")  # on+loop by --arms (the multi-turn study)
 
 
 class CaseRecord(BaseModel):
@@ -36,7 +38,9 @@ class CaseRecord(BaseModel):
     first_attempt_channels: dict[str, int] = Field(default_factory=dict)
     unknown_tool_names: dict[str, int] = Field(default_factory=dict)
     outcomes: dict[str, int] = Field(default_factory=dict)
-    extra_upstream_calls: int = 0  # re-asks and constrained retries
+    extra_upstream_calls: int = 0  # re-asks, constrained retries and loop re-asks
+    # The loop guard's repeated calls by what it did (observed, replaced, kept).
+    repeated_calls: dict[str, int] = Field(default_factory=dict)
     simulated: bool = False  # produced behind a scripted fake upstream, not a model
     # The arm ran with the cell's first answers shared (bench/bfcl/shared_answers.py): its
     # first attempts were answered from the other arm's identical requests, so its latency

@@ -10,6 +10,7 @@ from typing import Any
 from bench.stats import bfcl
 from bench.stats.analysis import PairedEffect, Rate
 from bench.stats.bfcl_records import BFCL_ARMS, CaseRecord
+from bench.stats.bfcl_trajectory import trajectories
 
 IRRELEVANCE = "irrelevance"
 OBSERVE = "off"  # the arm where nothing is repaired: damage and channels are read there
@@ -90,6 +91,7 @@ def summarise(records: Sequence[CaseRecord]) -> dict[str, Any]:
                        for c in cells if _by_cell(records, c, "on")}
     summary["shared_first_answers"] = {
         c: sum(r.first_answers_shared for r in _by_cell(records, c, "on")) for c in cells}
+    summary["trajectories"] = trajectories(records)  # multi-turn: loops and their cost
     summary["agreement"] = {c: _rate(bfcl.untouched_agreement(_by_cell(records, c, "off"),
                                                               _by_cell(records, c, "on")))
                             for c in cells if _by_cell(records, c, "off")

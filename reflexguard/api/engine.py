@@ -33,6 +33,8 @@ from reflexguard.core.ladder import (
     settle_choice,
     settled_without_repair,
 )
+from reflexguard.core.loop_guard import guard_loops, out_of_time, settled_without_reask
+from reflexguard.core.loops import NO_LOOPS, LoopIndex, scan
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.dialects.chat_request import ChatRequest, GroundingPolicy, request_of
@@ -48,9 +50,10 @@ from reflexguard.dialects.native import (
     echoing_builders,
     native_reply,
 )
+from reflexguard.dialects.trajectory import steps_of
 from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings
-from reflexguard.ops.policy import grounding_policy, guard_policy, request_budget
+from reflexguard.ops.policy import grounding_policy, guard_policy, loop_policy, request_budget
 from reflexguard.ops.telemetry import Telemetry, dumps
 
 T = TypeVar("T")
@@ -76,6 +79,7 @@ class Guard:
     def __init__(self, settings: Settings, telemetry: Telemetry | None = None) -> None:
         self.settings = settings
         self.policy = guard_policy(settings)
+        self.loops = loop_policy(settings)
         self.grounding = grounding_policy(settings)
         self.toolsets = ToolSetCache()
         if telemetry is None:
@@ -153,6 +157,21 @@ class GuardedRequest:
         self.dialect_name = dialect.name if dialect is not None else "chat"
         self.request_id = f"rg-{uuid.uuid4().hex[:16]}"
         self.started = time.perf_counter()
+        self._loop_index: LoopIndex | None = None
+
+    def loop_index(self) -> LoopIndex:
+        """The calls the conversation already repeats (core/loops.py), read once, and only
+        with the loop guard on."""
+        if self._loop_index is None:
+            loops = self.guard.loops
+            self._loop_index = NO_LOOPS
+            if loops.on:
+                steps, cut = steps_of(self.body, self.dialect_name)
+                if cut:  # older steps unread (dialects/trajectory.py): counted
+                    self.guard.telemetry.fallback("loop_scan_bound", request_id=self.request_id,
+                                                  dialect=self.dialect_name)
+                self._loop_index = scan(steps, loops.repeats)
+        return self._loop_index
 
     @property
     def multiple_choices(self) -> bool:
@@ -176,6 +195,9 @@ class GuardedRequest:
         """The result without running the ladder, when no repair is called for."""
         result = settled_without_repair(first, self.policy)
         if result is not None:
+            result = settled_without_reask(result, self.rules, self.guard.loops,
+                                           self.loop_index(), self.policy.on_exhausted)
+        if result is not None:  # None: the loop guard has a re-ask to make
             self.on_attempt(first)
             self._outcome(result)
         return result
@@ -187,6 +209,16 @@ class GuardedRequest:
                                           send, self.on_attempt, self.builders)
         except TimeoutError:
             result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
+        if self.guard.loops.on:  # a valid reply that repeats a call, within what time is left
+            left = self.guard.settings.request_timeout - (time.perf_counter() - self.started)
+            try:
+                async with asyncio.timeout(max(0.0, left)):
+                    result = await guard_loops(
+                        self.body, result, self.rules, self.guard.loops, self.loop_index(),
+                        send, self.on_attempt, self.policy.on_exhausted,
+                        self.policy.reask_tokens, self.policy.lift_text_calls, self.builders)
+            except TimeoutError:
+                result = out_of_time(result, self.loop_index(), self.policy.on_exhausted)
         self._outcome(result)
         return result
 
@@ -194,6 +226,8 @@ class GuardedRequest:
         chosen = settle_choice(result, self.policy.on_exhausted)
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id, None,
                                      self.dialect_name, chosen=chosen)
+        if result.loop is not None:
+            self.guard.telemetry.loop(result.loop, self.request_id, None, self.dialect_name)
 
     def answer(self, result: LadderResult) -> JsonObject | None:
         """The completion (or, with a dialect, the native reply) the caller gets, or None
@@ -201,7 +235,7 @@ class GuardedRequest:
         self.observe(result)
         returned = returned_attempt(result, self.policy.on_exhausted)
         first = result.attempts[0]
-        if returned is first and not first.changed:
+        if returned is first and not first.changed and not result.unused:
             return None
         if self.dialect is not None:
             return native_reply(self.dialect, self.body, result, returned)

@@ -147,5 +147,6 @@ def within_budget(result: LadderResult, policy: GuardPolicy, remaining: int | No
                     (validate_reply(trimmed, rules),), 0.0,
                     (*attempt.fixes, OVER_BUDGET_WITHHELD), lifted=attempt.lifted)
     trimmed_result = LadderResult([*result.attempts, final], result.outcome,
-                                  [*result.fallbacks, OVER_BUDGET_WITHHELD], result.failed_calls)
+                                  [*result.fallbacks, OVER_BUDGET_WITHHELD], result.failed_calls,
+                                  result.unused, result.loop)
     return trimmed_result, replace(policy, on_exhausted="passthrough")

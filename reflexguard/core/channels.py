@@ -20,8 +20,14 @@ class Channel(StrEnum):
     # Not a reply's call: a historical call in the request, repaired before forwarding
     # (reflexguard/core/history.py). Counted by kind, never among a reply's channels.
     HISTORY_REPAIRED = "history_repaired"
+    # Not an invalid call: a valid call the conversation already made, with the same
+    # arguments and the same result, at least `loop_repeats` times since the user last
+    # spoke (reflexguard/core/loops.py). Counted by the loop guard, never among a reply's
+    # error channels, never against the agent's error budget.
+    REPEATED_CALL = "repeated_call"
 
 
 # The channels a reply's tool call can fall into, OK aside.
 ERROR_CHANNELS: tuple[Channel, ...] = tuple(
-    c for c in Channel if c not in (Channel.OK, Channel.HISTORY_REPAIRED))
+    c for c in Channel if c not in (Channel.OK, Channel.HISTORY_REPAIRED,
+                                    Channel.REPEATED_CALL))

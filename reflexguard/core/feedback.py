@@ -115,6 +115,8 @@ def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]
                 "(? marks optional)." if parameters is not None else "")
     if channel in (Channel.OK, Channel.CHECK_FAULT):  # no error of the model's to describe
         return NOT_EXECUTED
+    if channel is Channel.REPEATED_CALL:
+        return verdict.detail  # written by repeated_call_note, its quote already defanged
     if channel is Channel.UNKNOWN_TOOL:
         closest = closest_names(verdict.name or "", offered)
         if no_fit:
@@ -140,6 +142,23 @@ def describe_call_error(verdict: CallVerdict, arguments: str, offered: list[str]
             "or a tool returned, or ask the user for it."
         )
     return f"Error: {detail}. {FIX_INSTRUCTION}"
+
+
+RESULT_QUOTE_LIMIT = 300  # how much of the repeated result the note quotes
+
+
+def repeated_call_note(name: str, times: int, result: str) -> str:
+    """What the loop guard's re-ask says about a call that repeats (core/loop_guard.py):
+    what was repeated, how often, what it returned (quoted, clipped and defanged: tool
+    output is as untrusted as model output), and what to do instead. Not "Error:": the
+    call did not fail, and nothing here is counted against an error budget."""
+    return (
+        f"Not executed: you already called {quote(name)} with exactly these arguments "
+        f"{times} times since the user's last message, and every time it returned the same "
+        f"result: {quote(result, RESULT_QUOTE_LIMIT)}. Calling it again will return the "
+        "same. Use that result: call a different tool or the same tool with different "
+        "arguments if something is still missing, or answer the user."
+    )
 
 
 def describe_reply_error(verdicts: list[CallVerdict], offered: list[str]) -> str:

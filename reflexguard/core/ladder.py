@@ -26,6 +26,7 @@ from reflexguard.core.completion import (
 )
 from reflexguard.core.fit import no_tool_fits
 from reflexguard.core.fixes import FixPolicy, apply_fixes
+from reflexguard.core.loops import LoopReport
 from reflexguard.core.model import JsonObject, Reply, Verdict
 from reflexguard.core.repair import (
     ABSTAIN_KEY,
@@ -40,7 +41,8 @@ from reflexguard.core.repair import (
 from reflexguard.core.toolset import ToolSet
 from reflexguard.core.validate import CallRules, validate_reply
 
-AttemptKind = Literal["initial", "fix", "reask", "constrained"]
+# "loop": the loop guard's one re-ask about a repeated call (core/loop_guard.py).
+AttemptKind = Literal["initial", "fix", "reask", "constrained", "loop"]
 Outcome = Literal[
     "clean", "observed", "fixed_by_fix", "fixed_by_reask", "fixed_by_constrained", "exhausted",
     "not_repaired", "repeated_failure",
@@ -128,6 +130,10 @@ class LadderResult:
     outcome: Outcome
     fallbacks: list[str] = field(default_factory=list)
     failed_calls: int = 0  # upstream calls that produced no completion
+    # Upstream attempts made and never candidates for the agent's answer (a loop re-ask
+    # whose answer was not used): counted in the calls made and the usage the agent pays.
+    unused: list[Attempt] = field(default_factory=list)
+    loop: LoopReport | None = None  # what the loop guard saw and did (core/loop_guard.py)
 
     @property
     def final(self) -> Attempt:
@@ -139,11 +145,13 @@ class LadderResult:
 
     @property
     def upstream_calls(self) -> int:
-        return sum(1 for a in self.attempts if a.kind != "fix") + self.failed_calls
+        return (sum(1 for a in self.attempts if a.kind != "fix") + len(self.unused)
+                + self.failed_calls)
 
     @property
     def violations(self) -> int:
-        return sum(len(v.violations) for a in self.attempts for v in a.verdicts)
+        return sum(len(v.violations) for a in (*self.attempts, *self.unused)
+                   for v in a.verdicts)
 
 
 Send = Callable[[JsonObject], Awaitable[JsonObject]]
@@ -482,7 +490,7 @@ def agent_completion(result: LadderResult, final: Attempt | None = None) -> Json
     completion = with_reply(final.completion, reply)
     seen: set[int] = set()
     usages = []
-    for attempt in result.attempts:
+    for attempt in (*result.attempts, *result.unused):
         if id(attempt.completion) not in seen:
             seen.add(id(attempt.completion))
             usages.append(attempt.completion.get("usage"))

@@ -28,8 +28,11 @@ from reflexguard.core.ladder import (
     run_ladder,
     settle_choice,
 )
+from reflexguard.core.loop_guard import guard_loops, out_of_time
+from reflexguard.core.loops import NO_LOOPS, LoopIndex, scan
 from reflexguard.core.validate import clean_tool_calls
 from reflexguard.dialects.chat_request import ChatRequest, regrounded
+from reflexguard.dialects.trajectory import steps_of
 from reflexguard.http.context import GuardContext
 from reflexguard.http.margins import RequestMargins, with_logprobs
 from reflexguard.http.responses import JSON, upstream_error
@@ -95,6 +98,8 @@ class GuardedCall:
         self.policy = guard.policy  # this request's: a low error budget escalates it
         self.environment_errors = 0  # failed tool results in the conversation, when read
         self.budget_remaining: int | None = None
+        self.loops = guard.loops
+        self._loop_index: LoopIndex | None = None  # read when first needed
         self.margins = RequestMargins(guard.settings.margins, chat.fields, guard.telemetry,
                                       self.request_id)
         if self.margins.inject:  # a copy with logprobs asked; the caller's bytes stay
@@ -130,6 +135,38 @@ class GuardedCall:
             return self.environment_errors
         return spent_errors(self.dialect, self.client_body(), self.guard.settings)
 
+    def loop_index(self) -> LoopIndex:
+        """The calls this request's conversation already repeats (core/loops.py), read from
+        the client's body once, and only with the loop guard on."""
+        if self._loop_index is None:
+            self._loop_index = NO_LOOPS
+            if self.loops.on:
+                steps, cut = steps_of(self.client_body(), self.dialect)
+                if cut:  # older steps unread (dialects/trajectory.py): counted
+                    self.guard.telemetry.fallback("loop_scan_bound", request_id=self.request_id,
+                                                  dialect=self.dialect)
+                self._loop_index = scan(steps, self.loops.repeats)
+        return self._loop_index
+
+    def may_repeat(self, names: tuple[str, ...]) -> bool:
+        """Whether a first answer whose calls are all ok may still repeat one: then it is
+        read in full rather than taken by a clean-answer shortcut."""
+        return self.loops.on and not self.loop_index().names.isdisjoint(names)
+
+    async def guard_loops(self, result: LadderResult) -> LadderResult:
+        """The loop guard after the ladder, within the request's deadline."""
+        if not self.loops.on:
+            return result
+        index = self.loop_index()
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                return await guard_loops(self.ladder_body(), result, self.rules, self.loops,
+                                         index, self.send, self.on_attempt,
+                                         self.policy.on_exhausted, self.policy.reask_tokens,
+                                         self.policy.lift_text_calls, self.builders)
+        except TimeoutError:
+            return out_of_time(result, index, self.policy.on_exhausted)
+
     def budget_headers(self) -> dict[str, str]:
         if self.budget_remaining is None:
             return {}
@@ -160,6 +197,7 @@ class GuardedCall:
             # The deadline fell during repair: the agent gets the model's first answer (what
             # it would have had without reflexguard), or the exhausted error if so set.
             result = LadderResult([first], "exhausted", ["request_deadline", "exhausted"])
+        result = await self.guard_loops(result)  # a valid reply that repeats a call
         # No more invalid parallel calls passed on than the error budget can take (repair.md).
         result, self.policy = within_budget(result, self.policy, self.budget_remaining,
                                             self.rules)
@@ -167,6 +205,8 @@ class GuardedCall:
         self.guard.telemetry.outcome(result.outcome, result.fallbacks, self.request_id,
                                      self.session, self.dialect,
                                      environment_errors=self.session_errors(), chosen=chosen)
+        if result.loop is not None:
+            self.guard.telemetry.loop(result.loop, self.request_id, self.session, self.dialect)
         return result
 
     def finish(self, result: LadderResult) -> dict[str, str]:
@@ -211,7 +251,8 @@ class GuardedCall:
             return upstream_error(exc)
         if not self.margins.enabled:
             names = clean_tool_calls(completion, self.rules)
-            if names is not None:  # nothing to repair: the upstream's bytes, as they came
+            if names is not None and not self.may_repeat(names):
+                # nothing to repair: the upstream's bytes, as they came
                 return self.clean(answer.body, names, time.perf_counter() - began)
         first = read_attempt(1, "initial", completion, self.rules,
                              self.policy.lift_text_calls, time.perf_counter() - began)
@@ -222,7 +263,7 @@ class GuardedCall:
             return web.Response(status=502, body=failure, content_type=JSON, headers=headers)
         returned = returned_attempt(result, self.policy.on_exhausted)
         body = answer.body  # the fast path: the upstream's own bytes, untouched
-        if returned is not first or first.changed:
+        if returned is not first or first.changed or result.unused:
             try:
                 body = orjson.dumps(self.margins.outgoing(agent_completion(result, returned)))
             except (TypeError, RecursionError):

@@ -13,7 +13,7 @@ from typing import Any
 from reflexguard.core.toolset import CompileNeeded, ToolSetCache
 from reflexguard.http.upstream import Upstream
 from reflexguard.ops.config import Settings
-from reflexguard.ops.policy import grounding_policy, guard_policy
+from reflexguard.ops.policy import grounding_policy, guard_policy, loop_policy
 from reflexguard.ops.state import session_state
 from reflexguard.ops.telemetry import Telemetry
 
@@ -35,6 +35,7 @@ class GuardContext:
         self.toolsets = ToolSetCache(max_schema_nodes=settings.max_schema_nodes, defer=True)
         self.grounding = grounding_policy(settings)
         self.policy = guard_policy(settings)
+        self.loops = loop_policy(settings)  # the loop guard (core/loop_guard.py)
         # Sessions, in memory or on Redis (docs/scaling.md); telemetry records into them.
         self.sessions = session_state(settings.state, settings.session_ttl,
                                       settings.state_timeout, telemetry.fallback,

@@ -160,7 +160,8 @@ class DialectCall(GuardedCall):
         shortcut = CLEAN_CALLS.get(self.dialect)
         if shortcut is None or self.margins.enabled or tracing.hooks.enabled:
             return None
-        return shortcut(reply, self.rules)
+        names = shortcut(reply, self.rules)
+        return None if names is not None and self.may_repeat(names) else names
 
     async def first(self) -> tuple[bytes, Attempt | CleanFirst]:
         """The first upstream answer, non-streamed, and its reading (or, for a native one
@@ -218,7 +219,7 @@ class DialectCall(GuardedCall):
             return dialect_error(self.dialect_spec, 502, message,
                                  code="tool_call_repair_exhausted", headers=headers)
         returned = returned_attempt(result, self.policy.on_exhausted)
-        if self.native and returned is first and not first.changed:
+        if self.native and returned is first and not first.changed and not result.unused:
             return web.Response(body=body, content_type=JSON, headers=headers)
         reply = self.native_reply(result, returned)
         return web.Response(body=orjson.dumps(reply), content_type=JSON, headers=headers)

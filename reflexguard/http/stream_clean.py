@@ -27,7 +27,7 @@ def clean_first(call: GuardedCall, completion: JsonObject, seconds: float) -> La
     if call.margins.enabled or tracing.hooks.enabled:
         return None
     names = clean_tool_calls(completion, call.rules)
-    if names is None:
+    if names is None or call.may_repeat(names):  # a repeat is for the loop guard to read
         return None
     replies = tuple(reply_of(choice) for choice in choices_of(completion))
     verdicts = tuple(Verdict(calls=tuple(

@@ -96,13 +96,19 @@ class ReflexGuardrail(CustomGuardrail):
 
     def _log(self, data: dict[str, Any], result: LadderResult, began: float) -> None:
         """One guardrail record in LiteLLM's own logging (Langfuse, DataDog, spend logs)."""
-        status: GuardrailStatus = "success" if result.outcome == "clean" else (
-            "guardrail_intervened" if result.final.valid else "guardrail_flagged")
+        loop = result.loop
+        replaced = loop is not None and loop.action == "replaced"
+        status: GuardrailStatus = "success" if result.outcome == "clean" and not replaced \
+            else ("guardrail_intervened" if result.final.valid else "guardrail_flagged")
+        response: dict[str, Any] = {"outcome": result.outcome,
+                                    "attempts": result.upstream_calls,
+                                    "violations": result.violations,
+                                    "fallbacks": list(result.fallbacks)}
+        if loop is not None:  # the loop guard's reading (core/loop_guard.py)
+            response["repeated_calls"] = {"action": loop.action, "reason": loop.reason,
+                                          "calls": [r.name for _, r in loop.repeats]}
         self.add_standard_logging_guardrail_information_to_request_data(
-            guardrail_json_response={"outcome": result.outcome,
-                                     "attempts": result.upstream_calls,
-                                     "violations": result.violations,
-                                     "fallbacks": list(result.fallbacks)},
+            guardrail_json_response=response,
             request_data=data, guardrail_status=status, start_time=began, end_time=time.time(),
             guardrail_provider="reflexguard",
         )

@@ -35,6 +35,8 @@ from reflexguard.core.limits import (
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_SCHEMA_NODES,
 )
+from reflexguard.core.loop_guard import LoopMode
+from reflexguard.core.loops import DEFAULT_REPEATS
 from reflexguard.core.repair import ConstrainedMode
 from reflexguard.core.urls import endpoint_suffix, redact, without_endpoint
 from reflexguard.dialects.native import DIALECTS, DialectName
@@ -90,6 +92,14 @@ class Settings(BaseSettings):
     reask_max_tokens: int | None = Field(None, ge=1, description="fixed re-ask max_tokens")
     reask_tokens_floor: int = Field(256, ge=1)
     reask_tokens_ceiling: int = Field(2048, ge=1)
+    # The loop guard (docs/repair.md, "Repeated calls"): a valid call that repeats one the
+    # conversation made `loop_repeats` times with one result. Off until measured.
+    loop_guard: LoopMode = Field(
+        "off", description="a call repeating one already made loop_repeats times with the "
+        "same result: off, observe (count it) or repair (re-ask once)")
+    loop_repeats: int = Field(
+        DEFAULT_REPEATS, ge=1, le=100, description="earlier identical calls with one result "
+        "that make a call a repeat (default 2)")
     grounding: bool = False
     grounding_pattern: str = DEFAULT_PATTERN
     grounding_include_system: bool = False

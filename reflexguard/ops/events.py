@@ -15,6 +15,7 @@ from pydantic import Field, TypeAdapter
 from typing_extensions import TypedDict
 
 from reflexguard.core.ladder import AttemptKind, Outcome
+from reflexguard.core.loops import LoopAction
 
 REPAIRED: frozenset[Outcome] = frozenset(
     {"fixed_by_fix", "fixed_by_reask", "fixed_by_constrained"})
@@ -78,7 +79,26 @@ class HistoryEvent(TypedDict):
     kinds: dict[str, int]
 
 
-Event = Annotated[AttemptEvent | OutcomeEvent | FallbackEvent | HistoryEvent,
+class RepeatedCallEvent(TypedDict):
+    """A reply whose calls repeat calls the conversation already made with one result
+    (channel repeated_call, core/loops.py), and what the loop guard did about it."""
+
+    event: Literal["repeated_call"]
+    ts: float
+    request_id: str
+    session: str | None
+    dialect: str
+    action: LoopAction  # observed, replaced (the re-ask's answer went out) or kept
+    reason: str | None  # why the model's own answer was kept
+    calls: list[RepeatedCallRecord]
+
+
+class RepeatedCallRecord(TypedDict):
+    name: str
+    times: int  # earlier identical calls with the same result
+
+
+Event = Annotated[AttemptEvent | OutcomeEvent | FallbackEvent | HistoryEvent | RepeatedCallEvent,
                   Field(discriminator="event")]
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 

@@ -32,6 +32,7 @@ from reflexguard.ops.otel_attributes import (
     request_content,
     response_attributes,
 )
+from reflexguard.ops.otel_loops import loop_attributes
 
 SCOPE = "reflexguard"
 COMPONENT = "reflexguard"
@@ -41,7 +42,8 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
                  16777216, 67108864)
 REASON_LIMIT = 200  # result.reason is to be low-cardinality: channels and tool names
-KINDS = {"initial": "initial", "reask": "re-ask", "constrained": "constrained"}
+KINDS = {"initial": "initial", "reask": "re-ask", "constrained": "constrained",
+         "loop": "loop re-ask"}
 
 # The request being served (set by the proxy's middleware, otel_proxy.py); None in the
 # Python API, where each guarded request keeps its own.
@@ -216,6 +218,7 @@ class RequestTrace:
         }
         if result.fallbacks:
             attributes["reflexguard.fallbacks"] = list(result.fallbacks)
+        attributes.update(loop_attributes(span, result))  # repeated calls (ops/otel_loops.py)
         if self.margins:
             attributes["reflexguard.tool_name_margins"] = self.margins
             attributes["reflexguard.tool_name_margin.min"] = min(self.margins)

@@ -19,6 +19,7 @@ from reflexguard.core.budget import (
 )
 from reflexguard.core.fixes import FixPolicy
 from reflexguard.core.ladder import GuardPolicy
+from reflexguard.core.loop_guard import LoopPolicy
 from reflexguard.core.model import JsonObject
 from reflexguard.core.repair import ReaskTokens
 from reflexguard.dialects.chat_request import GroundingPolicy
@@ -41,6 +42,10 @@ def guard_policy(settings: Settings) -> GuardPolicy:
         reask_tokens=ReaskTokens(settings.reask_max_tokens, settings.reask_tokens_floor,
                                  max(settings.reask_tokens_ceiling, settings.reask_tokens_floor)),
     )
+
+
+def loop_policy(settings: Settings) -> LoopPolicy:
+    return LoopPolicy(settings.loop_guard, settings.loop_repeats)
 
 
 def grounding_policy(settings: Settings, forced: bool = False) -> GroundingPolicy:

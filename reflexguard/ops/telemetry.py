@@ -25,6 +25,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from reflexguard.core.channels import Channel
 from reflexguard.core.ladder import Attempt, AttemptKind, Outcome
 from reflexguard.core.limits import clip, safe_label
+from reflexguard.core.loops import LoopReport
 from reflexguard.core.margins import CallMargin
 from reflexguard.ops.events import (
     AttemptEvent,
@@ -32,6 +33,7 @@ from reflexguard.ops.events import (
     FallbackEvent,
     HistoryEvent,
     OutcomeEvent,
+    RepeatedCallEvent,
 )
 from reflexguard.ops.state import SessionState, memory_state
 
@@ -140,6 +142,11 @@ class Telemetry:
             "reflexguard_history_repaired", "Historical tool calls repaired before "
             "forwarding (channel history_repaired), by kind", ["kind", "dialect"],
             registry=self.registry,
+        )
+        self.repeated_calls = PromCounter(
+            "reflexguard_repeated_calls", "Calls of the repeated_call channel (a valid call "
+            "repeating one already made with the same result), by what the loop guard did",
+            ["action", "dialect"], registry=self.registry,
         )
         # Replaced by the app's own (GuardContext) when it has settings: memory or Redis.
         self.sessions: SessionState = memory_state()
@@ -301,6 +308,24 @@ class Telemetry:
         record: HistoryEvent = {"event": "history_repaired", "ts": time.time(),
                                 "dialect": dialect, "kinds": dict(kinds)}
         self.log.warning("history_repaired", dialect=dialect, kinds=record["kinds"])
+        if self._events is not None:
+            append_line(self._events, dumps(record) + b"\n")
+
+    def loop(self, report: LoopReport, request_id: str, session: str | None,
+             dialect: str) -> None:
+        """A reply that repeats (the loop guard's report): counted per repeated call, one
+        event and one log line (its fallback, when the reply was kept after a re-ask was
+        due, is among the outcome's)."""
+        self.repeated_calls.labels(report.action, dialect).inc(len(report.repeats))
+        record: RepeatedCallEvent = {
+            "event": "repeated_call", "ts": time.time(), "request_id": request_id,
+            "session": session, "dialect": dialect, "action": report.action,
+            "reason": report.reason,
+            "calls": [{"name": safe_label(repeat.name), "times": repeat.times}
+                      for _, repeat in report.repeats]}
+        self.log.info("repeated_call", request_id=request_id, session=session,
+                      dialect=dialect, action=report.action, reason=report.reason,
+                      calls=record["calls"])
         if self._events is not None:
             append_line(self._events, dumps(record) + b"\n")
 

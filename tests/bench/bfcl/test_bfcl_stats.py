@@ -118,11 +118,18 @@ def test_events_and_bfcl_scores_become_records() -> None:
          "model": "m", "attempt": 2, "kind": "reask", "toolset": "t", "latency_ms": 1.0,
          "stream": False, "fixes": [], "calls": [{"channel": "ok", "name": "f", "detail": ""}]},
         {"event": "outcome", "ts": 0.0, "outcome": "fixed_by_reask", "request_id": "r",
-         "session": "simple_python_1"}]
+         "session": "simple_python_1"},
+        {"event": "attempt", "ts": 0.0, "request_id": "r", "session": "simple_python_1",
+         "model": "m", "attempt": 3, "kind": "loop", "toolset": "t", "latency_ms": 1.0,
+         "stream": False, "fixes": [], "calls": [{"channel": "ok", "name": "g", "detail": ""}]},
+        {"event": "repeated_call", "ts": 0.0, "request_id": "r", "session": "simple_python_1",
+         "dialect": "chat", "action": "replaced", "reason": None,
+         "calls": [{"name": "f", "times": 2}]}]
     fields = proxy_fields(events)
     assert fields == {"requests": 1, "first_attempt_channels": {"unknown_tool": 1},
                       "unknown_tool_names": {"made_up": 1},
-                      "outcomes": {"fixed_by_reask": 1}, "extra_upstream_calls": 1}
+                      "outcomes": {"fixed_by_reask": 1}, "extra_upstream_calls": 2,
+                      "repeated_calls": {"replaced": 1}}
     precision = Precision(label="Q4_K_M (as shipped)", reference=True, embedded="Q4_K_M")
     ids = {"simple_python": ["simple_python_0", "simple_python_1", "simple_python_2"]}
     results = {"simple_python_0": {"id": "simple_python_0", "result": [{"f": "{}"}],
@@ -138,7 +145,7 @@ def test_events_and_bfcl_scores_become_records() -> None:
     first, second = records
     assert first.correct and first.input_tokens == 7 and first.output_tokens == 5
     assert not second.correct and second.inference_error and second.error_type == "ast_decoder"
-    assert second.extra_upstream_calls == 1
+    assert second.extra_upstream_calls == 2 and second.repeated_calls == {"replaced": 1}
 
 
 def two_cells(on_irrelevance: list[bool]) -> list[CaseRecord]:
