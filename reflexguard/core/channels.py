@@ -27,7 +27,8 @@ class Channel(StrEnum):
     REPEATED_CALL = "repeated_call"
 
 
-# The channels a reply's tool call can fall into, OK aside.
+# The model's error channels: a reply's tool call can fall into these, OK aside. Not
+# CHECK_FAULT, which is ours (the bench never blames the model for it).
 ERROR_CHANNELS: tuple[Channel, ...] = tuple(
     c for c in Channel if c not in (Channel.OK, Channel.HISTORY_REPAIRED,
-                                    Channel.REPEATED_CALL))
+                                    Channel.REPEATED_CALL, Channel.CHECK_FAULT))

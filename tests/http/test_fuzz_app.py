@@ -42,6 +42,8 @@ from tests.http.fuzz.strategies import (
     COMPLETION_SCENES,
     DEPTHS,
     ENVELOPES,
+    JSON_LEAVES,
+    JSON_VALUES,
     MESSAGES_PLANS,
     PLANS,
     RAW_BODIES,
@@ -50,6 +52,7 @@ from tests.http.fuzz.strategies import (
     VALID_PARAMETERS,
     WELL_KNOWN_METASCHEMAS,
     completion_scene,
+    dumps,
     nested,
     tool,
 )
@@ -116,6 +119,53 @@ def test_any_responses_stream_gets_a_well_formed_responses_answer(
     body = responses_body(stream=True)
     case = Case(profile, orjson.dumps(body), path="/v1/responses", plan=plan, guarded=True,
                 stream=True, dialect="responses", client_messages=1)
+    check(case, run(fuzz.harness, case))
+
+
+# -- historical call ids of any JSON type, on every route (issue 30) ---------------------------
+
+ANY_ID = st.one_of(JSON_LEAVES, JSON_VALUES)
+ROUTES = st.sampled_from(["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+
+
+def history_case(path: str, call_id: Any, result_id: Any, stream: bool, tools: bool,
+                 profile: str) -> Case:
+    """A second turn whose call and result carry `call_id` and `result_id` as sent
+    ("same": the call's own id)."""
+    if isinstance(result_id, str) and result_id == "same":
+        result_id = call_id
+    call = {"name": "get_order_details", "arguments": '{"order_id": "#W1"}'}
+    if path == "/v1/messages":
+        body = messages_body(stream=stream, messages=[
+            {"role": "user", "content": "Show #W1."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": call_id,
+                                               "name": call["name"], "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": result_id,
+                                          "content": "shipped"}]}])
+    elif path == "/v1/responses":
+        body = responses_body(stream=stream, input=[
+            {"type": "message", "role": "user", "content": "Show #W1."},
+            {"type": "function_call", "call_id": call_id, **call},
+            {"type": "function_call_output", "call_id": result_id, "output": "shipped"},
+            {"type": "message", "role": "user", "content": "And now?"}])
+    else:
+        body = chat_body(stream=stream, messages=[
+            {"role": "user", "content": "Show #W1."},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function", "function": call}]},
+            {"role": "tool", "tool_call_id": result_id, "content": "shipped"},
+            {"role": "user", "content": "And now?"}])
+    if not tools:
+        body.pop("tools")
+    dialect = path.removeprefix("/v1/").replace("chat/completions", "chat")
+    return Case(profile, dumps(body), path=path, dialect=dialect, guarded=False)
+
+
+@settings(FUZZ, max_examples=300)
+@given(case=st.builds(history_case, ROUTES, ANY_ID, ANY_ID | st.just("same"),
+                      st.booleans(), st.booleans(), st.sampled_from(PROFILES)))
+def test_any_history_id_gets_a_well_formed_answer(fuzz: Fixture, case: Case) -> None:
+    """Ids that are arrays, objects, numbers or null were a 500 on every route."""
     check(case, run(fuzz.harness, case))
 
 

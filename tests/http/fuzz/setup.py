@@ -18,7 +18,7 @@ from reflexguard.ops.config import Settings
 from reflexguard.ops.telemetry import configure_logging
 from tests.http.fuzz.checks import SECRET
 from tests.http.fuzz.harness import Harness
-from tests.http.fuzz.strategies import valid_call_scene
+from tests.http.fuzz.strategies import OVERSIZE, valid_call_scene
 
 ADMIN_TOKEN = "fuzz-admin-token"
 SLOW_BOUND = 3.0  # profile a's header and body timeouts, seconds
@@ -38,6 +38,8 @@ def profiles(upstream_port: int, directory: Path) -> dict[str, Settings]:
         "events": directory / "events-b.jsonl", "tool_call_format": "content",
         "json_repair": True, "snap_names": True, "constrained_retry": "response_format",
         "on_exhausted": "error", "grounding": True, "max_repairs": 2, "upstream_timeout": 10,
+        # Small, so the oversized answers the fuzz draws pass it (strategies.OVERSIZE).
+        "max_answer_bytes": OVERSIZE,
     }
     optional = {"request_timeout": 20, "admin_token": ADMIN_TOKEN}
     b.update({k: v for k, v in optional.items() if k in known})

@@ -9,6 +9,7 @@ Python dict, or a tagged block with 20,000 newlines inside.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -75,6 +76,15 @@ BOMBS = st.one_of(
               st.sampled_from([100, 2_000, 20_000])),
 )
 
+# Lone UTF-16 surrogates (half an emoji) and other odd escapes in a call's arguments (issue
+# 30): orjson refuses the lone ones, the stdlib reads them; neither may pass as valid.
+ESCAPES = ["\\ud800", "\\udfff", "\\udc00\\ud800", "\\ud83d", "\\ud83d\\ude00", "\\u12",
+           "\\x41", "\\U0001F600", "\U0001F600", "\\u0000", "\\/"]
+SURROGATE_ARGS = st.builds(
+    lambda key, escape, detail: f'{{"{key}": "#W1{escape}", "detail": "{detail}"}}',
+    st.sampled_from(["order_id", "y", "order\\ud800"]), st.sampled_from(ESCAPES),
+    st.sampled_from(["full", "\\ud800"]))
+
 VALID_ARGS = st.one_of(
     st.builds(lambda order, detail: json.dumps({"order_id": order, "detail": detail}),
               st.text(max_size=12), st.sampled_from(["brief", "full"])),
@@ -96,6 +106,7 @@ ARGUMENTS = st.one_of(
         "", "{", "null", "[]", '"{}"', "{'order_id': 'W1'}", '{"order_id": NaN}',
         '{"order_id": 1e999}', '{"order_id": 11111111111111111111111111111111111111}',
     ]),
+    SURROGATE_ARGS,
     st.text(max_size=40),
 )
 CALL_NAMES = st.one_of(
@@ -141,8 +152,9 @@ TOOL_CALLS = st.lists(TOOL_CALL, max_size=3) | st.sampled_from([None, "x", {}, 7
 
 
 def dumps(value: Any) -> bytes:
-    """JSON bytes; the stdlib, since orjson refuses integers past 64 bits."""
-    return json.dumps(value, ensure_ascii=False).encode()
+    """JSON bytes; the stdlib, since orjson refuses integers past 64 bits. A lone
+    surrogate in a value is written as its escape, as a server's encoder writes it."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 
 def completion_of(message: dict[str, Any], finish: str | None) -> dict[str, Any]:
@@ -288,7 +300,32 @@ GARBAGE_SCENES = st.builds(
     st.sampled_from(["application/json", "text/event-stream", "text/html", ""]),
     GARBAGE_BODIES, GARBAGE_EVENTS, st.sampled_from([None, None, None, 1]),
 )
-SCENES = st.one_of(COMPLETION_SCENES, COMPLETION_SCENES, ERROR_SCENES, GARBAGE_SCENES)
+
+
+def with_line_ends(scene: Scene, ends: list[bytes]) -> Scene:
+    """`scene`'s events with their LFs written as CRLF or a bare CR, chosen per event (the
+    SSE grammar allows all three; issue 30)."""
+    if scene.events is None:
+        return scene
+    events = tuple(e.replace(b"\n", ends[i % len(ends)]) for i, e in enumerate(scene.events))
+    return replace(scene, events=events)
+
+
+LINE_ENDS = st.lists(st.sampled_from([b"\n", b"\r\n", b"\r"]), min_size=1, max_size=4)
+LINE_END_SCENES = st.builds(with_line_ends, COMPLETION_SCENES, LINE_ENDS)
+# Answers past profile b's max_answer_bytes (OVERSIZE there), within profile a's: a
+# looping model's answer, non-streamed and streamed (issue 30).
+OVERSIZE = 512 * 1024
+OVERSIZED_SCENES = st.builds(
+    completion_scene,
+    st.sampled_from([{"role": "assistant", "content": "loop " * (OVERSIZE // 4)},
+                     {"role": "assistant", "content": None, "tool_calls": [{
+                         "id": "call_1", "type": "function", "function": {
+                             "name": "get_order_details",
+                             "arguments": '{"order_id": "' + "9" * OVERSIZE + '"}'}}]}]),
+    st.sampled_from(["stop", "tool_calls"]), st.just(4096), st.just(0.0), st.just(None))
+SCENES = st.one_of(COMPLETION_SCENES, COMPLETION_SCENES, ERROR_SCENES, GARBAGE_SCENES,
+                   LINE_END_SCENES, OVERSIZED_SCENES)
 PLANS = st.lists(SCENES, min_size=1, max_size=3)
 
 # -- requests -------------------------------------------------------------------------------
@@ -345,7 +382,10 @@ ROLES = st.sampled_from(["system", "user", "assistant", "tool", "developer"])
 CLIENT_MESSAGES = st.lists(st.fixed_dictionaries(
     {"role": st.one_of(ROLES, ROLES, ROLES, st.text(max_size=5), JSON_LEAVES)},
     optional={"content": st.none() | st.text(max_size=60) | st.sampled_from(TRICKY_TEXT)
-              | JSON_VALUES, "tool_call_id": st.text(max_size=8), "tool_calls": JSON_VALUES},
+              | JSON_VALUES, "tool_call_id": st.text(max_size=8) | JSON_VALUES,
+              "tool_calls": JSON_VALUES | st.lists(st.fixed_dictionaries({
+                  "id": JSON_VALUES, "type": st.just("function"), "function": st.just(
+                      {"name": "get_order_details", "arguments": "{}"})}), max_size=2)},
 ), min_size=1, max_size=4) | JSON_VALUES
 ENVELOPES = st.fixed_dictionaries(
     {"messages": CLIENT_MESSAGES},
@@ -483,7 +523,13 @@ def native_changes(fields: tuple[str, ...]) -> Any:
                               st.sampled_from(ODD_VALUES)), min_size=0, max_size=3)
 
 
-MESSAGES_PLANS = st.builds(native_plan, st.just("messages"), NATIVE_TEXT, NATIVE_CALLS,
-                           native_changes(MESSAGES_FIELDS))
-RESPONSES_PLANS = st.builds(native_plan, st.just("responses"), NATIVE_TEXT, NATIVE_CALLS,
-                            native_changes(RESPONSES_FIELDS))
+def native_line_ends(plan: tuple[Scene, ...], ends: list[bytes]) -> tuple[Scene, ...]:
+    return (with_line_ends(plan[0], ends), *plan[1:])
+
+
+MESSAGES_PLANS = st.builds(native_line_ends, st.builds(
+    native_plan, st.just("messages"), NATIVE_TEXT, NATIVE_CALLS,
+    native_changes(MESSAGES_FIELDS)), LINE_ENDS)
+RESPONSES_PLANS = st.builds(native_line_ends, st.builds(
+    native_plan, st.just("responses"), NATIVE_TEXT, NATIVE_CALLS,
+    native_changes(RESPONSES_FIELDS)), LINE_ENDS)
