@@ -54,8 +54,9 @@ def parse_budget(value: str) -> int:
     return int(text)
 
 
-def _text(content: object) -> str:
-    """A string, or the text parts of a list of parts/blocks, joined."""
+def content_text(content: object) -> str:
+    """A string, or the text parts of a list of parts/blocks, joined (a tool result's text,
+    as the budget and the loop scan read it)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -67,7 +68,7 @@ def _text(content: object) -> str:
 def chat_errors(messages: Iterable[object], pattern: re.Pattern[str]) -> int:
     """Chat Completions: `tool` messages whose content matches `pattern`."""
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool"
-               and pattern.search(_text(m.get("content"))) is not None)
+               and pattern.search(content_text(m.get("content"))) is not None)
 
 
 def messages_errors(messages: Iterable[object]) -> int:
@@ -83,7 +84,7 @@ def responses_errors(items: object, pattern: re.Pattern[str]) -> int:
         return 0
     return sum(1 for item in items if isinstance(item, dict)
                and item.get("type") == "function_call_output"
-               and pattern.search(_text(item.get("output"))) is not None)
+               and pattern.search(content_text(item.get("output"))) is not None)
 
 
 def policy_for_budget(base: GuardPolicy, remaining: int | None) -> GuardPolicy:

@@ -25,21 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from reflexguard.core.budget import content_text
+from reflexguard.core.history import id_key
 from reflexguard.core.loops import ERROR_MARK, Step, canonical, normal_text
 from reflexguard.core.model import JsonObject
 
 MAX_SCANNED_CALLS = 1000
 Steps = tuple[list[Step], bool]  # the steps, and whether MAX_SCANNED_CALLS cut them short
-
-
-def _text(content: object) -> str:
-    """A result's text: a string, or the text of its parts / blocks, joined."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(part["text"] for part in content
-                     if isinstance(part, dict) and isinstance(part.get("text"), str))
 
 
 class _Pairing:
@@ -60,11 +52,11 @@ class _Pairing:
         self.arguments.append(canonical(arguments))
         self.results.append(None)
         self.unanswered[at] = None
-        if call_id:
-            self.by_id[call_id] = at
+        if call_id:  # any JSON value (issue 30): paired by its JSON text, never hashed raw
+            self.by_id[id_key(call_id)] = at
 
     def result(self, call_id: object, text: str) -> None:
-        at = self.by_id.pop(call_id, None) if call_id else None
+        at = self.by_id.pop(id_key(call_id), None) if call_id else None
         if at is None or at not in self.unanswered:
             at = next(iter(self.unanswered), None)
             if at is None:
@@ -111,7 +103,7 @@ def chat_steps(body: JsonObject) -> Steps:
         if not isinstance(message, dict):
             continue
         if message.get("role") == "tool":
-            pairing.result(message.get("tool_call_id"), _text(message.get("content")))
+            pairing.result(message.get("tool_call_id"), content_text(message.get("content")))
             continue
         calls = message.get("tool_calls")
         if not isinstance(calls, list):
@@ -155,7 +147,7 @@ def messages_steps(body: JsonObject) -> Steps:
             if kind == "tool_use":
                 pairing.call(block.get("id"), block.get("name"), block.get("input"))
             elif kind == "tool_result":
-                text = _text(block.get("content"))
+                text = content_text(block.get("content"))
                 pairing.result(block.get("tool_use_id"),
                                ERROR_MARK + text if block.get("is_error") is True else text)
     return pairing.steps(), cut
@@ -183,7 +175,7 @@ def responses_steps(body: JsonObject) -> Steps:
         if kind == "function_call":
             pairing.call(item.get("call_id"), item.get("name"), item.get("arguments"))
         elif kind == "function_call_output":
-            pairing.result(item.get("call_id"), _text(item.get("output")))
+            pairing.result(item.get("call_id"), content_text(item.get("output")))
     return pairing.steps(), cut
 
 

@@ -113,3 +113,27 @@ def test_at_most_max_scanned_calls_are_read_and_the_cut_is_said() -> None:
     steps, cut = steps_of({"messages": messages[:-10]}, "chat")
     assert not cut and len(steps) == MAX_SCANNED_CALLS
     assert steps[0].arguments == '{"n":0}'  # everything since the user spoke
+
+
+def test_ids_of_any_json_type_pair_and_never_raise() -> None:
+    """Arrays and objects as ids were a 500 where history hygiene hashed them (issue 30):
+    the loop scan pairs them by JSON text too, in every dialect."""
+    for odd in (["a"], {"a": 1}, 7, [[["x"]]]):
+        chat = {"messages": [{"role": "user", "content": "go"},
+                             {"role": "assistant", "content": "", "tool_calls": [
+                                 {"id": odd, "type": "function",
+                                  "function": {"name": "cat", "arguments": ARGS}}]},
+                             {"role": "tool", "tool_call_id": odd, "content": "hi"}]}
+        assert steps_of(chat, "chat")[0] == [Step("cat", canonical(ARGS), "hi")], odd
+        messages = {"messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": odd, "name": "cat",
+                                               "input": {"file_name": "example.txt"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": odd,
+                                          "content": "hi"}]}]}
+        assert [s.result for s in steps_of(messages, "messages")[0]] == ["hi"], odd
+        responses = {"input": [
+            {"type": "message", "role": "user", "content": "go"},
+            {"type": "function_call", "call_id": odd, "name": "cat", "arguments": ARGS},
+            {"type": "function_call_output", "call_id": odd, "output": "hi"}]}
+        assert [s.result for s in steps_of(responses, "responses")[0]] == ["hi"], odd

@@ -40,6 +40,7 @@ def profiles(upstream_port: int, directory: Path) -> dict[str, Settings]:
         "on_exhausted": "error", "grounding": True, "max_repairs": 2, "upstream_timeout": 10,
         # Small, so the oversized answers the fuzz draws pass it (strategies.OVERSIZE).
         "max_answer_bytes": OVERSIZE,
+        "loop_guard": "repair",  # the loop scan reads every drawn history too (issue 32)
     }
     optional = {"request_timeout": 20, "admin_token": ADMIN_TOKEN}
     b.update({k: v for k, v in optional.items() if k in known})
