@@ -160,3 +160,17 @@ async def test_injection_is_said_on_healthz_and_readyz(proxy):
         assert "testing only" in body["warning"]
     plain = await proxy()
     assert "inject_faults" not in await (await plain.get("/healthz")).json()
+
+
+def test_injection_is_a_warning_at_start_up(tmp_path):
+    from structlog.testing import capture_logs
+
+    from reflexguard.http.app import build_app
+    from reflexguard.ops.config import Settings
+
+    with capture_logs() as logs:
+        build_app(Settings(upstream="http://127.0.0.1:9/v1", inject_faults="unknown_tool=0.3"))
+        build_app(Settings(upstream="http://127.0.0.1:9/v1"))
+    warnings = [e for e in logs if e["event"] == "fault_injection_on"]
+    assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
+    assert warnings[0]["inject_faults"] == "unknown_tool=0.3,seed=0,reasks=off"
