@@ -31,10 +31,6 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{c} {n}" for c, n in sorted(counts.items())) or "0"
 
 
-def _label(rate: str) -> str:
-    return "natural" if float(rate) == 0 else f"INJECTED {rate}"
-
-
 def _mean(entry: dict[str, Any]) -> str:
     if entry["mean"] is None:
         return "–"
@@ -69,8 +65,10 @@ def fault_lines(summary: dict[str, Any]) -> list[str]:
               "`K10 − K2` is the gap the budget hides.", ""]
     budgets = faults["budgets"]
     for base, arms in sorted(faults["masking"].items()):
-        rates = sorted({r for arm in arms.values() for r in arm}, key=float)
-        lines += [f"**{base}**", "", "| repair | K | " + " | ".join(_label(r) for r in rates)
+        order = {label: (entry["rate"], label) for arm in arms.values()
+                 for label, entry in arm.items()}
+        rates = sorted(order, key=lambda label: order[label])
+        lines += [f"**{base}**", "", "| repair | K | " + " | ".join(rates)
                   + " |", "|---|---|" + "---|" * len(rates)]
         for arm in [a for a in ARMS if a in arms]:
             for k in [*budgets, "K10 − K2"]:
@@ -104,14 +102,14 @@ def _recovery_lines(summary: dict[str, Any], faults: dict[str, Any]) -> list[str
         effect = summary.get("arm_effects", {}).get(cell, {}).get("on − off")
         if not effect:
             continue
-        rate = f"{next(iter(arms.values()))['rate']:g}"
+        label = next(iter(arms.values()))["label"]
         values = []
         for k in faults["budgets"]:
             e = effect.get(str(k))
             values.append("–" if not e or e["difference"] is None else
                           f"{100 * e['difference']:+.1f} [{100 * e['low']:+.1f}, "
                           f"{100 * e['high']:+.1f}]")
-        lines.append(f"| {cell} | {_label(rate)} | " + " | ".join(values) + " |")
+        lines.append(f"| {cell} | {label} | " + " | ".join(values) + " |")
     return [*lines, ""]
 
 
@@ -125,8 +123,7 @@ def _cost_lines(faults: dict[str, Any]) -> list[str]:
     for cell, arms in sorted(faults["cells"].items()):
         for arm in [a for a in ARMS if a in arms]:
             row = arms[arm]
-            rate = f"{row['rate']:g}"
-            lines.append(f"| {cell} | {_label(rate)} | {arm} | "
+            lines.append(f"| {cell} | {row['label']} | {arm} | "
                          f"{_mean(row['extra_upstream_calls'])} | {_mean(row['tokens'])} | "
                          f"{_mean(row['seconds'])} |")
     return [*lines, ""]
@@ -141,11 +138,11 @@ def masking_plot(summary: dict[str, Any], path: Path) -> bool:
         return False
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (base, arm) in zip(axes[0], panels, strict=True):
-        for rate, entry in sorted(faults["masking"][base][arm].items(), key=lambda i: float(i[0])):
+        for label, entry in sorted(faults["masking"][base][arm].items(),
+                                   key=lambda item: (item[1]["rate"], item[0])):
             ks = sorted(int(k) for k in entry["success"])
             rates = [entry["success"][str(k)]["rate"] or 0 for k in ks]
-            ax.plot(ks, rates, "-" if float(rate) == 0 else "--", marker="o",
-                    label=_label(rate))
+            ax.plot(ks, rates, "-" if entry["rate"] == 0 else "--", marker="o", label=label)
             ax.fill_between(ks, [entry["success"][str(k)]["low"] for k in ks],
                             [entry["success"][str(k)]["high"] for k in ks], alpha=0.1)
         ax.set_title(f"{base}, repair {arm}", fontsize=8)

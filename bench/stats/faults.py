@@ -28,6 +28,16 @@ def injected_rate(precision_key: str) -> float:
     return 0.0 if spec is None else sum(rate for _, rate in spec.rates)
 
 
+def fault_label(precision_key: str) -> str:
+    """How the report names a cell's damage: `natural`, or `INJECTED` and its rates
+    (`reasks=on` when re-asks were damaged too; the seed left out)."""
+    if "+inject:" not in precision_key:
+        return "natural"
+    parts = [p for p in precision_key.split("+inject:", 1)[1].split(",")
+             if not p.startswith("seed=") and p != "reasks=off"]
+    return "INJECTED " + ",".join(parts)
+
+
 def base_cell(key: str) -> str:
     """`model@Q4_K_M+inject:.../mock` -> `model@Q4_K_M/mock`: the natural cell of a key."""
     head, _, domain = key.rpartition("/")
@@ -103,14 +113,16 @@ def fault_summary(records: Sequence[EpisodeRecord], max_errors: int) -> dict[str
     for (cell, arm), group in sorted(groups.items()):
         cells[cell][arm] = {**_group(group),
                             "rate": injected_rate(group[0].cell.precision_key),
+                            "label": fault_label(group[0].cell.precision_key),
                             "injected_cell": is_injected_label(group[0].cell.precision)}
     masking: dict[str, Any] = defaultdict(lambda: defaultdict(dict))
     for (cell, arm), group in sorted(groups.items()):
         curve = analysis.success_curve(group, max_errors)
-        rate = injected_rate(group[0].cell.precision_key)
-        masking[base_cell(cell)][arm][f"{rate:g}"] = {
-            "cell": cell, "success": {str(k): {"successes": r.successes, "n": r.n,
-                                          "rate": r.value if r.n else None, "low": r.low,
-                                          "high": r.high} for k, r in curve.items()}}
+        key = group[0].cell.precision_key
+        success = {str(k): {"successes": r.successes, "n": r.n,
+                            "rate": r.value if r.n else None, "low": r.low, "high": r.high}
+                   for k, r in curve.items()}
+        masking[base_cell(cell)][arm][fault_label(key)] = {
+            "cell": cell, "rate": injected_rate(key), "success": success}
     return {"cells": dict(cells), "masking": {k: dict(v) for k, v in masking.items()},
             "budgets": [k for k in MASKING_BUDGETS if k <= max_errors]}

@@ -60,3 +60,13 @@ def test_the_report_labels_injected_faults_and_prints_nothing_without_them():
     assert "INJECTED unknown_tool → correct" in text and "1/1 100%" in text
     natural_only = [r for r in records() if "+inject:" not in r.precision]
     assert bfcl_fault_lines(summarise(natural_only)) == []
+
+
+def test_a_cell_is_named_by_its_damage_and_reasks_on_is_kept_apart():
+    from bench.stats.faults import fault_label
+
+    assert fault_label("Q4_K_M") == "natural"
+    assert fault_label("Q4_K_M+inject:unknown_tool=0.4,seed=0,reasks=off") == \
+        "INJECTED unknown_tool=0.4"
+    assert fault_label("Q4_K_M+inject:unknown_tool=0.4,seed=0,reasks=on") == \
+        "INJECTED unknown_tool=0.4,reasks=on"
