@@ -66,14 +66,27 @@ class SkippedFault:
     reason: str
 
 
+class UnkeyableRequest(ValueError):
+    """orjson cannot write the conversation (past its depth or integer range): the caller
+    takes `fallback_key` and counts it."""
+
+
 def request_key(body: Mapping[str, Any], toolset_digest: str) -> bytes:
-    """A stable key of a request's conversation and tools (canonical JSON, sorted keys)."""
+    """A stable key of a request's conversation and tools (canonical JSON, sorted keys).
+    Raises UnkeyableRequest where orjson cannot write it."""
     conversation = {k: body[k] for k in CONVERSATION_FIELDS if k in body}
     try:
         text = orjson.dumps(conversation, option=orjson.OPT_SORT_KEYS)
-    except (TypeError, orjson.JSONEncodeError):  # past orjson's depth or integer range
-        text = repr(sorted(conversation.items())).encode("utf-8", "surrogatepass")
+    except (TypeError, orjson.JSONEncodeError):
+        raise UnkeyableRequest("the conversation cannot be written as canonical JSON") from None
     return hashlib.sha256(toolset_digest.encode() + b"\0" + text).digest()
+
+
+def fallback_key(body: Mapping[str, Any], toolset_digest: str) -> bytes:
+    """A key for a conversation orjson refused: its repr, stable for the same input."""
+    conversation = sorted((k, repr(body[k])) for k in CONVERSATION_FIELDS if k in body)
+    text = repr(conversation).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(toolset_digest.encode() + b"\1" + text).digest()
 
 
 def call_stream(seed: int, key: bytes, index: int) -> random.Random:

@@ -16,7 +16,7 @@ import hashlib
 from reflexguard.core.channels import Channel
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.fault_spec import FAULT_CHANNELS, FaultSpec
-from reflexguard.core.inject import inject, request_key
+from reflexguard.core.inject import UnkeyableRequest, fallback_key, inject, request_key
 from reflexguard.core.ladder import Attempt
 from reflexguard.core.model import JsonObject
 from reflexguard.core.validate import CallRules, validate_reply
@@ -68,7 +68,11 @@ class RequestFaults:
             return attempt
         # Only the first choice: the one every guarded route writes back (n > 1 is passed
         # on unrepaired, and its other choices as the model wrote them).
-        key = request_key(body, self.rules.toolset.digest)
+        try:
+            key = request_key(body, self.rules.toolset.digest)
+        except UnkeyableRequest:  # still the same key for the same conversation
+            key = fallback_key(body, self.rules.toolset.digest)
+            self.telemetry.fallback("fault_key_from_repr", request_id=self.request_id)
         if attempt.kind != "initial":  # a re-ask's stream differs from its request's first
             key = hashlib.sha256(b"%d\0" % attempt.number + key).digest()
         reply, injected, skipped = inject(attempt.replies[0], self.rules.toolset, self.spec,

@@ -165,3 +165,13 @@ def test_the_key_is_the_conversation_not_the_sampling_or_stream_fields():
     assert request_key(body, "d") != request_key(body, "e")
     assert request_key(body, "d") != request_key(
         {"messages": [{"role": "user", "content": "hi!"}]}, "d")
+
+
+def test_a_conversation_orjson_cannot_write_gets_a_stable_key_of_its_own():
+    from reflexguard.core.inject import UnkeyableRequest, fallback_key
+
+    body = {"messages": [{"role": "user", "content": "big", "n": 2**70}]}
+    with pytest.raises(UnkeyableRequest):
+        request_key(body, "d")
+    assert fallback_key(body, "d") == fallback_key(dict(body), "d")
+    assert fallback_key(body, "d") != fallback_key({"messages": []}, "d")
