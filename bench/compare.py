@@ -60,6 +60,11 @@ def parser() -> argparse.ArgumentParser:
                    help="every proxy asks the upstream for logprobs and writes logit margins "
                         "into its events (default off: llama-cpp-python's logprobs cost "
                         "about 8x the generation, docs/bench.md; turn it on with vLLM)")
+    p.add_argument("--inject-faults", nargs="+", metavar="SPEC", default=[],
+                   help="TESTING: beside each model's reference precision, one cell per SPEC "
+                        "whose reflexguard damages tool calls at these rates (e.g. "
+                        "unknown_tool=0.2 unknown_tool=0.4; docs/bench.md, 'Injected "
+                        "faults'); the natural cell runs too; each trial draws its own faults")
     p.add_argument("--simulated-agent", metavar="ERRORS", default=None,
                    help="TEST ONLY: replay gold actions with these injected errors "
                         "(comma-separated: unknown_tool, argument_error); no model runs")
@@ -99,6 +104,13 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"cells file not found: {args.cells}")
     except (ValidationError, ValueError) as exc:
         _fail(f"invalid cells file {args.cells}: {str(exc).splitlines()[0]}")
+    if args.inject_faults:
+        from bench.tau2.fault_cells import FaultCellsError, with_fault_cells
+
+        try:
+            config = with_fault_cells(config, args.inject_faults)
+        except FaultCellsError as exc:
+            _fail(str(exc))
     domains = list(dict.fromkeys(args.domains + (["retail"] if args.retail_subset else [])))
     out = args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     options = RunOptions(

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from bench.fault_tally import InjectedTally
+
 Arm = Literal["off", "on", "on+budget"]
 # `on+budget`: repair on, and the agent tells reflexguard its error budget K.
 ARMS: tuple[Arm, ...] = ("off", "on", "on+budget")
@@ -46,6 +48,8 @@ class ToolCallRecord(BaseModel):
     error: bool
     channel: str | None = None  # one of ENV_CHANNELS when error
     content: str = ""  # the environment's answer, truncated
+    # The call carried a fault reflexguard injected (bench/fault_tally.py): not the model's.
+    injected: bool = False
 
 
 class ProxyRecord(BaseModel):
@@ -60,6 +64,8 @@ class ProxyRecord(BaseModel):
     outcomes: dict[str, int] = Field(default_factory=dict)
     # The events file these came from, relative to the run folder (for `reflexguard screen`).
     events_file: str | None = None
+    # Injected faults beside natural errors (an INJECTED-faults cell; zeros elsewhere).
+    injected: InjectedTally | None = None
 
 
 class EpisodeRecord(BaseModel):

@@ -56,6 +56,10 @@ def parser() -> OneLineParser:
                    help="answer the on arm's first attempt from the off arm's identical "
                         "request, where the stored records show 50+ independent cases "
                         "answered identically (greedy decoding); else both arms run")
+    p.add_argument("--inject-faults", nargs="+", metavar="SPEC", default=[],
+                   help="TESTING: beside the reference precision, one cell per SPEC whose "
+                        "reflexguard damages tool calls at these rates (e.g. unknown_tool=0.2;"
+                        " docs/bench.md, 'Injected faults'), served by the same model server")
     return p
 
 
@@ -89,6 +93,13 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"cells file not found: {args.cells}")
     except (ValidationError, ValueError) as exc:
         _fail(f"invalid --cells {args.cells}: {str(exc).splitlines()[0]}")
+    if args.inject_faults:
+        from bench.tau2.fault_cells import FaultCellsError, with_fault_cells
+
+        try:
+            config = with_fault_cells(config, args.inject_faults)
+        except FaultCellsError as exc:
+            _fail(str(exc))
     out = args.out or Path("runs") / time.strftime("bfcl-%Y%m%d-%H%M%S")
     arms: list[BfclArm] = [a for a in BFCL_ARMS if a in args.arms]
     options = RunOptions(out=out, arms=arms, categories=categories, limit=args.limit,

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bench.event_tally import tally
+from bench.fault_tally import injected_tally
 from bench.stats.bfcl_records import BfclArm, CaseRecord
 from bench.tau2.cells import Precision
 from reflexguard.ops.events import Event, read_event
@@ -47,10 +48,12 @@ def read_events(path: Path, start: int = 0) -> tuple[dict[str, list[Event]], int
 def proxy_fields(events: Iterable[Event]) -> dict[str, Any]:
     """What reflexguard saw for one case: channels of first answers, wrong names, outcomes,
     extra upstream calls (the same reading as the tau2 bench's ProxyRecord)."""
+    events = list(events)  # read twice: the tally and the injected faults
     seen = tally(events)
     return {"requests": seen.requests, "first_attempt_channels": dict(seen.first),
             "unknown_tool_names": dict(seen.names), "outcomes": dict(seen.outcomes),
-            "extra_upstream_calls": seen.extra, "repeated_calls": dict(seen.repeated)}
+            "extra_upstream_calls": seen.extra, "repeated_calls": dict(seen.repeated),
+            "injected": injected_tally(events)}
 
 
 def _total(value: Any) -> int:

@@ -27,6 +27,7 @@ from bench.bfcl.shared_answers import AnswerBook, sharing_allowed
 from bench.bfcl.store import CaseStore
 from bench.stats.bfcl_records import BfclArm, CaseRecord
 from bench.tau2.cells import CellsConfig, ModelEntry, Precision
+from bench.tau2.fault_cells import served_together
 from bench.tau2.proxy_host import ProxyHost
 from reflexguard.ops.config import Settings
 
@@ -141,7 +142,8 @@ def proxy_settings(config: CellsConfig, precision: Precision, arm: BfclArm, base
         loop_guard="repair" if arm == "on+loop" else "off",
         tool_call_format=precision.tool_call_format,
         constrained_retry=precision.constrained_retry,
-        grounding=DOMAIN in config.grounding_domains, events=events, log_level="warning")
+        grounding=DOMAIN in config.grounding_domains, inject_faults=precision.inject_faults,
+        events=events, log_level="warning")
 
 
 class Progress:
@@ -216,13 +218,14 @@ def run(config: CellsConfig, options: RunOptions, simulated: bool = False) -> li
     ids = plan(options)
     per_arm = sum(len(w) for w in ids.values())
     existing = store.load()
-    cells = []
+    cells, servers = [], []
     for entry in config.models:
         for precision in entry.precisions:
             if precision.simulated_errors is not None:
                 raise BenchError("the BFCL bench runs a model (embedded or an endpoint); "
                                  "simulated_errors cells are tau2's")
             cells.append((entry, precision))
+        servers += [(entry, server) for server, _ in served_together(entry.precisions)]
     progress = Progress(per_arm * len(cells) * len(options.arms))
     asked = {i for w in ids.values() for i in w}
     for entry, precision in cells:  # what earlier runs stored counts from the start
@@ -232,29 +235,37 @@ def run(config: CellsConfig, options: RunOptions, simulated: bool = False) -> li
                 and r.case_id in asked))
     stop = threading.Event()
 
-    def one(entry: ModelEntry, precision: Precision) -> None:
+    def wanted_arms(entry: ModelEntry, precision: Precision) -> list[BfclArm]:
         have = {(r.arm, r.case_id) for r in existing if r.cell == _cell(entry, precision)}
         wanted = [a for a in options.arms
                   if any((a, i) not in have for w in ids.values() for i in w)]
         for arm in options.arms:
             if arm not in wanted:
                 progress.set(f"{_cell(entry, precision)} {arm}", per_arm)
-        if not wanted:
+        return wanted
+
+    def one(entry: ModelEntry, precision: Precision) -> None:
+        # An INJECTED-faults variant is served by its base precision's server and book
+        # (bench/tau2/fault_cells.py): its first requests are the base's, byte for byte.
+        served = next(m for s, m in served_together(entry.precisions) if s is precision)
+        todo = [(p, wanted_arms(entry, p)) for p in served]
+        if not any(arms for _, arms in todo):
             return
         book = answer_book(options, existing, _cell(entry, precision))
         with upstream_for(precision, options.model_threads,
                           options.generation_cap, book) as upstream:
-            for arm in wanted:
-                if stop.is_set():
-                    return
-                _arm(config, entry, precision, arm, options, ids, upstream, store, progress,
-                     simulated, stop, book)
+            for member, arms in todo:
+                for arm in arms:
+                    if stop.is_set():
+                        return
+                    _arm(config, entry, member, arm, options, ids, upstream, store,
+                         progress, simulated, stop, book)
 
     if not options.parallel_cells:
-        for entry, precision in cells:
+        for entry, precision in servers:
             one(entry, precision)
     else:
-        _in_threads(one, cells, stop)
+        _in_threads(one, servers, stop)
     progress.bar.close()
     return store.load()
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.report.bfcl_faults import bfcl_fault_lines
 from bench.report.bfcl_plots import draw_all
 from bench.report.writer import percent, to_html
 from bench.stats.bfcl_records import CaseRecord
@@ -192,6 +193,7 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
               "across categories within a cell.", ""] + main_table(summary) + [""]
     lines += ["All categories pooled over cases (so weighted by each category's sample):",
               ""] + _overall(summary) + [""]
+    lines += bfcl_fault_lines(summary)  # INJECTED faults beside natural ones; none: nothing
     lines += ["## irrelevance: never worse than no guard?", ""] + _irrelevance(summary)
     lines += ["## Cases fixed and broken by repair", ""] + _cases(summary)
     lines += ["## Damaged cells (lower precision against the reference, repair off)", "",

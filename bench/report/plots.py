@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench.records import ENV_CHANNELS
+from bench.report.faults import masking_plot
 
 # (arm, line style, marker, x shift): equal curves stay visible side by side.
 ARM_STYLES = (("off", "--", "o", -0.12), ("on", "-", "s", 0.0), ("on+budget", ":", "^", 0.12))
@@ -119,4 +120,7 @@ def draw_all(summary: dict[str, Any], out: Path) -> list[str]:
              "hallucinated_names.png": name_scatter, "budget_spent.png": budget_bars}
     for name, draw in files.items():
         draw(summary, out / name, tag)
-    return list(files)
+    drawn = list(files)
+    if masking_plot(summary, out / "masking.png"):  # a run with INJECTED-faults cells
+        drawn.append("masking.png")
+    return drawn

@@ -16,6 +16,7 @@ from markdown_it import MarkdownIt
 
 from bench.record_store import RecordStore
 from bench.records import ARMS, ENV_CHANNELS, EpisodeRecord
+from bench.report.faults import fault_lines
 from bench.report.plots import draw_all
 from bench.stats.summary import REPORT_BUDGETS, summarise
 
@@ -223,6 +224,7 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     if not simulated:
         lines += [SMALL_MODEL_NOTE, ""]
     lines += ["## Verdicts", ""] + _verdicts(summary)
+    lines += fault_lines(summary)  # INJECTED faults beside natural errors; none: nothing
     top = _budgets(summary)[-1]
     lines += ["## Success at every error budget", "",
               f"Recomputed exactly from one run at K={top}: reward 1 and fewer than K error "

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from bench.fault_tally import InjectedTally
+
 # off: observe; on: the repair ladder; on+loop: the ladder and the loop guard (issue 32).
 BfclArm = Literal["off", "on", "on+loop"]
 BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on", "on+loop")
@@ -46,6 +48,9 @@ class CaseRecord(BaseModel):
     # first attempts were answered from the other arm's identical requests, so its latency
     # is not the model's, and it is no evidence of determinism.
     first_answers_shared: bool = False
+    # Injected faults beside natural errors (an INJECTED-faults cell, bench/fault_tally.py;
+    # zeros elsewhere, None in records from before fault injection).
+    injected: InjectedTally | None = None
 
     @property
     def precision_key(self) -> str:

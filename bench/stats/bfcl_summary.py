@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.stats import bfcl
 from bench.stats.analysis import PairedEffect, Rate
+from bench.stats.bfcl_faults import bfcl_fault_summary
 from bench.stats.bfcl_records import BFCL_ARMS, CaseRecord
 from bench.stats.bfcl_trajectory import trajectories
 
@@ -96,6 +97,7 @@ def summarise(records: Sequence[CaseRecord]) -> dict[str, Any]:
                                                               _by_cell(records, c, "on")))
                             for c in cells if _by_cell(records, c, "off")
                             and _by_cell(records, c, "on")}
+    summary["faults"] = bfcl_fault_summary(records)  # {} without an INJECTED-faults cell
     return summary
 
 

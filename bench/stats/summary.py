@@ -8,6 +8,7 @@ from typing import Any
 
 from bench.records import ARMS, ENV_CHANNELS, EpisodeRecord
 from bench.stats import analysis
+from bench.stats.faults import fault_summary
 from reflexguard.core.channels import ERROR_CHANNELS
 
 REPORT_BUDGETS = (1, 2, 3, 5, 10)
@@ -84,6 +85,7 @@ def summarise(records: list[EpisodeRecord], max_errors: int) -> dict[str, Any]:
         summary["events_files"][cell][arm] = sorted(
             {r.proxy.events_file for r in group if r.proxy.events_file})
     summary.update(_comparisons(records, groups, cells, max_errors))
+    summary["faults"] = fault_summary(records, max_errors)  # {} without an injected cell
     plain: dict[str, Any] = _plain(summary)
     return plain
 

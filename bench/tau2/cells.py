@@ -40,6 +40,8 @@ class Precision(BaseModel):
     tool_call_format: Literal["openai", "content"] = "openai"
     constrained_retry: Literal["off", "tool_choice", "structured_outputs",
                                "response_format"] = "off"
+    # Its reflexguard's `inject_faults` (bench/tau2/fault_cells.py): an INJECTED-faults variant.
+    inject_faults: str | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> Precision:

@@ -23,6 +23,7 @@ from tau2.registry import registry
 from tau2.user.user_simulator import DummyUser, UserSimulator
 
 from bench.event_tally import tally
+from bench.fault_tally import injected_tally, mark_injected
 from bench.records import Arm, Cell, EpisodeRecord, ProxyRecord, ToolCallRecord
 from bench.tau2.classify import env_channel
 from bench.tau2.scripted_user import LABEL as SCRIPTED_LABEL
@@ -167,7 +168,8 @@ def proxy_record(events: list[Event]) -> ProxyRecord:
     return ProxyRecord(first_attempt_channels=dict(seen.first),
                        unknown_tool_names=dict(seen.names),
                        repairs_attempted=seen.attempted, repairs_succeeded=seen.succeeded,
-                       extra_upstream_calls=seen.extra, outcomes=dict(seen.outcomes))
+                       extra_upstream_calls=seen.extra, outcomes=dict(seen.outcomes),
+                       injected=injected_tally(events))
 
 
 def run_episode(spec: EpisodeSpec,
@@ -207,6 +209,9 @@ def run_episode(spec: EpisodeSpec,
         except Exception as exc:  # e.g. "Task task_2 not found": reward 0, kept
             note = f"evaluation failed: {type(exc).__name__}: {str(exc)[:300]}"
     calls, turns = tool_calls_of(messages, user_tool_names)
+    proxy = proxy_record(events_for(spec.session)) if events_for else ProxyRecord()
+    if proxy.injected is not None and proxy.injected.passed_on:
+        calls = mark_injected(calls, proxy.injected)
     tau2_result: dict[str, Any] = {"termination_reason": termination, "note": note}
     if simulation is not None:
         tau2_result["simulation"] = simulation.model_dump(mode="json")
@@ -216,7 +221,7 @@ def run_episode(spec: EpisodeSpec,
         simulated=spec.agent == "simulated", unscored=is_unscored(spec.task),
         termination_reason=termination, reward=reward,
         infrastructure_error=infrastructure_error, agent_turns=turns, calls=calls,
-        proxy=proxy_record(events_for(spec.session)) if events_for else ProxyRecord(),
+        proxy=proxy,
         duration_s=time.perf_counter() - started, user=user_label, judge=JUDGE_NOTE,
         tau2=tau2_result,
     )

@@ -26,9 +26,11 @@ from bench.record_store import RecordStore
 from bench.records import Arm, Cell, EpisodeRecord
 from bench.tau2.cells import CellsConfig, Precision
 from bench.tau2.episode import EpisodeSpec, UserKind, run_episode
+from bench.tau2.fault_cells import served_together
 from bench.tau2.limits import CALL_TIMEOUT_S, EPISODE_TIMEOUT_S, MAX_TOKENS
 from bench.tau2.proxy_host import ProxyHost
 from reflexguard.core.budget import BUDGET_HEADER
+from reflexguard.http.faults import FAULT_SEED_HEADER
 from reflexguard.ops.config import Settings
 from reflexguard.ops.events import Event, read_event
 
@@ -132,7 +134,10 @@ def agent_headers(spec: EpisodeSpec) -> dict[str, str]:
     `on+budget` proxies are configured identically (docs/bench.md, "How the budget arm
     knows K").
     """
-    headers = {"x-reflexguard-session": spec.session}
+    headers = {"x-reflexguard-session": spec.session,
+               # Read only by an injected-faults cell's reflexguard: each trial its own
+               # faults, the same in every arm (bench/tau2/fault_cells.py).
+               FAULT_SEED_HEADER: str(spec.seed)}
     if spec.arm == "on+budget":
         headers[BUDGET_HEADER] = str(spec.max_errors)
     return headers
@@ -156,7 +161,7 @@ def proxy_settings(config: CellsConfig, precision: Precision, cell: Cell, arm: A
         tool_call_format=precision.tool_call_format,
         constrained_retry=precision.constrained_retry,
         grounding=cell.domain in config.grounding_domains,
-        margins=margins,
+        margins=margins, inject_faults=precision.inject_faults,
         events=events, log_level="warning")
 
 
@@ -237,6 +242,29 @@ def count_planned(config: CellsConfig, options: RunOptions) -> int:
     return total
 
 
+def _run_precision(config: CellsConfig, precision: Precision,
+                   upstream: tuple[str, str, str | None], options: RunOptions,
+                   done: set[tuple[Any, ...]], store: RecordStore, progress: Progress) -> None:
+    """Every cell and arm of one precision, against its running model server."""
+    base_url, model_id, api_key = upstream
+    for cell in [c for e, p, c in config.cells(options.domains) if p is precision]:
+        for arm in options.arms:
+            events = events_path(options.out, cell, arm)
+            settings = proxy_settings(config, precision, cell, arm, base_url, api_key,
+                                      events, options.margins)
+            with ProxyHost(settings) as proxy_url:
+                llm_args = {"api_base": proxy_url, "api_key": "reflexguard",
+                            "temperature": 0.0, "num_retries": 0,
+                            "max_tokens": options.max_tokens, "timeout": CALL_TIMEOUT_S}
+                specs = _specs(config, precision, cell, arm, options, f"openai/{model_id}",
+                               llm_args)
+                reader = EventsReader(events, options.out, skip_existing=True)
+                _run_specs(specs, options, done, store, progress, reader)
+                if reader.skipped:
+                    LOG.warning("bench: %d unreadable line(s) in %s were skipped",
+                                reader.skipped, events)
+
+
 def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
     store = RecordStore(options.out / "episodes.jsonl")
     existing = store.load() if options.resume else []
@@ -245,32 +273,18 @@ def run(config: CellsConfig, options: RunOptions) -> list[EpisodeRecord]:
     done = {r.key for r in existing}
     progress = Progress(count_planned(config, options), existing)
     for entry in config.models:
-        for precision in entry.precisions:
-            cells = [c for e, p, c in config.cells(options.domains) if p is precision]
-            if precision.simulated_errors is not None:
+        # An injected-faults variant is served by its base precision's model server.
+        for server, served in served_together(entry.precisions):
+            if server.simulated_errors is not None:
+                cells = [c for e, p, c in config.cells(options.domains) if p is server]
                 for cell in cells:
                     for arm in options.arms:
-                        _run_specs(_specs(config, precision, cell, arm, options, None, {}),
+                        _run_specs(_specs(config, server, cell, arm, options, None, {}),
                                    options, done, store, progress, None)
                 continue
-            with upstream_for(precision, options.model_threads) as (base_url, model_id,
-                                                                    api_key):
-                for cell in cells:
-                    for arm in options.arms:
-                        events = events_path(options.out, cell, arm)
-                        settings = proxy_settings(config, precision, cell, arm, base_url,
-                                                  api_key, events, options.margins)
-                        with ProxyHost(settings) as proxy_url:
-                            llm_args = {"api_base": proxy_url, "api_key": "reflexguard",
-                                        "temperature": 0.0, "num_retries": 0,
-                                        "max_tokens": options.max_tokens,
-                                        "timeout": CALL_TIMEOUT_S}
-                            specs = _specs(config, precision, cell, arm, options,
-                                           f"openai/{model_id}", llm_args)
-                            reader = EventsReader(events, options.out, skip_existing=True)
-                            _run_specs(specs, options, done, store, progress, reader)
-                            if reader.skipped:
-                                LOG.warning("bench: %d unreadable line(s) in %s were skipped",
-                                            reader.skipped, events)
+            with upstream_for(server, options.model_threads) as upstream:
+                for precision in served:
+                    _run_precision(config, precision, upstream, options, done, store,
+                                   progress)
     progress.bar.close()
     return store.load()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt
@@ -40,6 +40,9 @@ from reflexguard.core.repair import (
 )
 from reflexguard.core.toolset import ToolSet
 from reflexguard.core.validate import CallRules, validate_reply
+
+if TYPE_CHECKING:
+    from reflexguard.core.inject import InjectedFault
 
 # "loop": the loop guard's one re-ask about a repeated call (core/loop_guard.py).
 AttemptKind = Literal["initial", "fix", "reask", "constrained", "loop"]
@@ -105,6 +108,8 @@ class Attempt:
     upstream_seconds: float
     fixes: tuple[str, ...] = ()
     lifted: bool = False
+    # Faults put on this answer by `inject_faults` (testing only, core/inject.py).
+    injected: tuple[InjectedFault, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -121,7 +126,7 @@ class Attempt:
     @property
     def changed(self) -> bool:
         """Whether the agent must get a rewritten body rather than the upstream's bytes."""
-        return self.kind != "initial" or bool(self.fixes) or self.lifted
+        return self.kind != "initial" or bool(self.fixes) or self.lifted or bool(self.injected)
 
 
 @dataclass
@@ -156,6 +161,9 @@ class LadderResult:
 
 Send = Callable[[JsonObject], Awaitable[JsonObject]]
 OnAttempt = Callable[[Attempt], None]
+# A re-ask's answer as a damaged model would have given it (`inject_faults`, testing only):
+# given the request that was sent, so its faults are seeded by that request.
+Damage = Callable[[JsonObject, Attempt], Attempt]
 ReaskBuilder = Callable[[JsonObject, Reply, Verdict, ToolSet], JsonObject]
 ConstrainBuilder = Callable[[JsonObject, ConstrainedMode, Reply, Verdict, ToolSet], JsonObject]
 
@@ -281,6 +289,7 @@ async def run_ladder(
     send: Send,
     on_attempt: OnAttempt,
     builders: RequestBuilders = CHAT_BUILDERS,
+    damage: Damage | None = None,
 ) -> LadderResult:
     attempts = [first]
     on_attempt(first)
@@ -356,6 +365,8 @@ async def run_ladder(
             number, kind, completion, rules, policy.lift_text_calls or json_mode,
             time.perf_counter() - started, json_mode=json_mode,
         )
+        if damage is not None:
+            attempt = damage(request, attempt)
         attempts.append(attempt)
         on_attempt(attempt)
         latest = fix(attempt) if not attempt.valid else attempt

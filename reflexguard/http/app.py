@@ -40,6 +40,7 @@ from reflexguard.http.dialect_call import (
     translated_unguarded,
 )
 from reflexguard.http.dialect_stream import dialect_stream, translated_plain_stream
+from reflexguard.http.faults import FAULT_SEED_HEADER
 from reflexguard.http.health import PROBE_TIMEOUT, UpstreamHealth
 from reflexguard.http.responses import JSON, json_error, upstream_error
 from reflexguard.http.streams import (
@@ -87,6 +88,7 @@ class Routes(GuardContext):
                            safe_label(session) if session is not None else None, started)
         try:
             call.read_budget(request.headers.get(BUDGET_HEADER))
+            call.read_faults(request.headers.get(FAULT_SEED_HEADER))
         except BadRequest as exc:
             return bad_request(exc)
         try:
@@ -152,6 +154,7 @@ class Routes(GuardContext):
                            session_of(request, parsed.body), started)
         try:
             call.read_budget(request.headers.get(BUDGET_HEADER))
+            call.read_faults(request.headers.get(FAULT_SEED_HEADER))
         except BadRequest as exc:
             return dialect_bad_request(dialect, exc)
         try:
@@ -186,10 +189,17 @@ class Routes(GuardContext):
     async def healthz(self, _: web.Request) -> web.Response:
         body = {"status": "ok", "upstream": redact(self.upstream.base_url),
                 "repair": self.settings.repair}
+        body.update(self.faults_notice())
         if self.health is None:
             return web.json_response(body)
         status, supervised = self.health()
         return web.json_response({**body, **supervised}, status=status)
+
+    def faults_notice(self) -> dict[str, str]:
+        """Said on /healthz and /readyz while fault injection is on: never silently."""
+        spec = self.settings.inject_faults
+        return {} if spec is None else {"inject_faults": spec.text(),
+                                        "warning": "fault injection is on (testing only)"}
 
     async def livez(self, _: web.Request) -> web.Response:
         """The process serves: nothing else is asked (an orchestrator's liveness probe)."""
@@ -205,7 +215,7 @@ class Routes(GuardContext):
                                        "embedded": supervised.get("status")}
             if status != 200:
                 body["reason"] = supervised.get("reason")
-            return web.json_response(body, status=status)
+            return web.json_response({**body, **self.faults_notice()}, status=status)
         outcome = await self.upstream_health.ready(
             lambda: self.upstream.probe(PROBE_TIMEOUT))
         body = {"status": "ready" if outcome.answered else "not_ready",
@@ -213,7 +223,8 @@ class Routes(GuardContext):
                 "age_s": round(max(0.0, time.monotonic() - outcome.at), 3)}
         if not outcome.answered:
             body["reason"] = outcome.reason
-        return web.json_response(body, status=200 if outcome.answered else 503)
+        return web.json_response({**body, **self.faults_notice()},
+                                 status=200 if outcome.answered else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         denied = self._denied(request)
@@ -415,6 +426,10 @@ def build_app(settings: Settings, upstream_url: str | None = None,
                             settings.upstream_connect_timeout, settings.upstream_max_connections,
                             settings.max_answer_bytes)
     telemetry = Telemetry(settings.events)
+    if settings.inject_faults is not None:  # testing only, and never silently
+        telemetry.log.warning("fault_injection_on", inject_faults=settings.inject_faults.text(),
+                              note="TESTING ONLY: tool calls of upstream answers are damaged "
+                                   "on purpose before validation")
     guard = Routes(settings, upstream, telemetry)
     guard.upstream_health = upstream.outcomes = UpstreamHealth(telemetry)
     # An abandoned upstream request is counted; its connection is closed (upstream.py).

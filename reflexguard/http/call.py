@@ -34,6 +34,7 @@ from reflexguard.core.validate import clean_tool_calls
 from reflexguard.dialects.chat_request import ChatRequest, regrounded
 from reflexguard.dialects.trajectory import steps_of
 from reflexguard.http.context import GuardContext
+from reflexguard.http.faults import RequestFaults, fault_seed
 from reflexguard.http.margins import RequestMargins, with_logprobs
 from reflexguard.http.responses import JSON, upstream_error
 from reflexguard.http.upstream import (
@@ -100,6 +101,7 @@ class GuardedCall:
         self.budget_remaining: int | None = None
         self.loops = guard.loops
         self._loop_index: LoopIndex | None = None  # read when first needed
+        self.faults: RequestFaults | None = None  # inject_faults (testing): read_faults sets
         self.margins = RequestMargins(guard.settings.margins, chat.fields, guard.telemetry,
                                       self.request_id)
         if self.margins.inject:  # a copy with logprobs asked; the caller's bytes stay
@@ -125,6 +127,18 @@ class GuardedCall:
             self.chat = regrounded(self.chat, forced)
             assert self.chat.rules is not None
             self.rules = self.chat.rules
+
+    def read_faults(self, header: str | None) -> None:
+        """With `inject_faults` on (testing only), this request's faults, seeded by the spec
+        or by its `x-reflexguard-fault-seed` header. Raises BadRequest for a bad seed."""
+        spec = self.guard.settings.inject_faults
+        if spec is not None:
+            self.faults = RequestFaults(spec, self.rules, self.guard.telemetry,
+                                        self.request_id, self.dialect, fault_seed(header))
+
+    def damaged(self, first: Attempt) -> Attempt:
+        """The first answer, with the faults injection puts on it (none when it is off)."""
+        return first if self.faults is None else self.faults.first(self.client_body(), first)
 
     def session_errors(self) -> int | None:
         """The failures the environment reported, for the session record: read from the
@@ -192,7 +206,8 @@ class GuardedCall:
             async with asyncio.timeout_at(self.deadline):
                 result = await run_ladder(self.ladder_body(), first, self.rules,
                                           self.policy, self.send, self.on_attempt,
-                                          self.builders)
+                                          self.builders,
+                                          self.faults.reask if self.faults else None)
         except TimeoutError:
             # The deadline fell during repair: the agent gets the model's first answer (what
             # it would have had without reflexguard), or the exhausted error if so set.
@@ -249,13 +264,14 @@ class GuardedCall:
             return web.Response(body=answer.body, content_type=JSON)
         except UpstreamFailure as exc:
             return upstream_error(exc)
-        if not self.margins.enabled:
+        if not self.margins.enabled and self.faults is None:
             names = clean_tool_calls(completion, self.rules)
             if names is not None and not self.may_repeat(names):
                 # nothing to repair: the upstream's bytes, as they came
                 return self.clean(answer.body, names, time.perf_counter() - began)
-        first = read_attempt(1, "initial", completion, self.rules,
-                             self.policy.lift_text_calls, time.perf_counter() - began)
+        first = self.damaged(read_attempt(1, "initial", completion, self.rules,
+                                          self.policy.lift_text_calls,
+                                          time.perf_counter() - began))
         result = await self.ladder(first)
         headers = self.finish(result)
         failure = self.exhausted_error(result)

@@ -158,7 +158,7 @@ class DialectCall(GuardedCall):
         the attempt's span is written from the chat view, which the shortcut never builds:
         read in full, so a trace reads the same either way (docs/decisions.md)."""
         shortcut = CLEAN_CALLS.get(self.dialect)
-        if shortcut is None or self.margins.enabled or tracing.hooks.enabled:
+        if shortcut is None or self.margins.enabled or tracing.hooks.enabled or self.faults:
             return None
         names = shortcut(reply, self.rules)
         return None if names is not None and self.may_repeat(names) else names
@@ -182,9 +182,9 @@ class DialectCall(GuardedCall):
             answer = await self.guard.upstream.post_json("chat/completions", self.raw,
                                                          self.headers, self.deadline)
             completion = parse_completion(answer.body, depth)
-        return answer.body, read_attempt(1, "initial", completion, self.rules,
-                                         self.guard.policy.lift_text_calls,
-                                         time.perf_counter() - began)
+        return answer.body, self.damaged(read_attempt(1, "initial", completion, self.rules,
+                                                      self.guard.policy.lift_text_calls,
+                                                      time.perf_counter() - began))
 
     def native_reply(self, result: LadderResult, returned: Attempt) -> dict[str, Any]:
         if self.native:

@@ -222,8 +222,9 @@ async def _guarded(call: DialectCall, out: ClientStream,
     if clean is not None:
         result, first, message = clean, clean.final, None
     else:  # not every call is ok: the full reading and the ladder
-        first = read_attempt(1, "initial", completion, call.rules,
-                             guard.policy.lift_text_calls, time.perf_counter() - began)
+        first = call.damaged(read_attempt(1, "initial", completion, call.rules,
+                                          guard.policy.lift_text_calls,
+                                          time.perf_counter() - began))
         result = await call.ladder(first)
         headers = call.finish(result)
         message = exhausted_message(result, call.policy.on_exhausted)

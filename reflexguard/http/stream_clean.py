@@ -24,7 +24,7 @@ def clean_first(call: GuardedCall, completion: JsonObject, seconds: float) -> La
     """The settled result of a streamed first answer whose calls are all ok, recorded;
     None: read it in full. Margins and OpenTelemetry read the full reading's records, so
     with either on every answer is read in full (as the non-streamed shortcuts do)."""
-    if call.margins.enabled or tracing.hooks.enabled:
+    if call.margins.enabled or tracing.hooks.enabled or call.faults is not None:
         return None
     names = clean_tool_calls(completion, call.rules)
     if names is None or call.may_repeat(names):  # a repeat is for the loop guard to read

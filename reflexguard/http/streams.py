@@ -406,8 +406,9 @@ async def _guarded(call: GuardedCall, out: ClientStream) -> web.StreamResponse:
     completion = call.margins.assembled(assembler.completion())
     result = clean_first(call, completion, time.perf_counter() - began)
     if result is None:  # not every call is ok: the full reading and the ladder
-        first = read_attempt(1, "initial", completion, call.rules,
-                             guard.policy.lift_text_calls, time.perf_counter() - began)
+        first = call.damaged(read_attempt(1, "initial", completion, call.rules,
+                                          guard.policy.lift_text_calls,
+                                          time.perf_counter() - began))
         result = await call.ladder(first)
         call.finish(result)
         failure = call.exhausted_error(result)

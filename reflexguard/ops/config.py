@@ -28,6 +28,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from reflexguard.core.fault_spec import FaultSpec, FaultSpecError, parse_fault_spec
 from reflexguard.core.grounding import DEFAULT_PATTERN
 from reflexguard.core.ladder import MAX_REPAIRS_CEILING, OnExhausted
 from reflexguard.core.limits import (
@@ -148,6 +149,12 @@ class Settings(BaseSettings):
     otel: bool = Field(False, description="OpenTelemetry GenAI spans and metrics over OTLP, "
                        "to OTEL_EXPORTER_OTLP_ENDPOINT (docs/observability.md)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Testing only (docs/config.md, "Fault injection"): damage a seeded share of the
+    # upstream's tool calls before validation. Off unless set; a WARNING at start-up and
+    # on /healthz and /readyz while on. NoDecode: the env form is `k=v,...`, not JSON.
+    inject_faults: Annotated[FaultSpec | None, NoDecode] = Field(
+        None, description="TESTING ONLY: damage tool calls at these rates, e.g. "
+        "unknown_tool=0.2,malformed_args=0.1,schema_violation=0.1,seed=7,reasks=on")
     model_variant: str = "Q4_K_M"
     model_ctx: int = Field(8192, ge=512)
     model_threads: int | None = Field(None, ge=1)
@@ -175,6 +182,14 @@ class Settings(BaseSettings):
         if "chat" not in value:  # translation targets chat: an upstream must speak it
             raise ValueError("must include chat")
         return list(dict.fromkeys(value))
+
+    @field_validator("inject_faults", mode="before")
+    @classmethod
+    def _fault_spec(cls, value: Any) -> Any:
+        try:
+            return parse_fault_spec(value)
+        except FaultSpecError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("grounding_pattern", "tool_error_pattern", "responses_error_pattern")
     @classmethod

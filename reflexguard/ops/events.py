@@ -30,6 +30,10 @@ class CallEvent(TypedDict):
     name_margin: NotRequired[float | None]
     call_margin: NotRequired[float | None]
     thin_margin: NotRequired[bool]
+    # With `inject_faults` (testing only, docs/bench.md): the channel of the fault put on
+    # this call and what was done. A call without it is as the model wrote it (natural).
+    injected: NotRequired[str]
+    injected_detail: NotRequired[str]
 
 
 class AttemptEvent(TypedDict):

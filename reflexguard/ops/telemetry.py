@@ -148,6 +148,14 @@ class Telemetry:
             "repeating one already made with the same result), by what the loop guard did",
             ["action", "dialect"], registry=self.registry,
         )
+        # Fault injection (testing only, core/inject.py): what was put on answers, and
+        # what was drawn but could not be put on a call (why: in the fallback event).
+        self.injected_faults = PromCounter(
+            "reflexguard_injected_faults", "Faults injected into upstream answers "
+            "(inject_faults, testing only), by channel", ["channel"], registry=self.registry)
+        self.injected_skipped = PromCounter(
+            "reflexguard_injected_faults_skipped", "Faults drawn for a call they could not "
+            "be put on, by channel", ["channel"], registry=self.registry)
         # Replaced by the app's own (GuardContext) when it has settings: memory or Redis.
         self.sessions: SessionState = memory_state()
         self._models: set[str] = set()
@@ -201,6 +209,10 @@ class Telemetry:
              "detail": clip(v.detail, DETAIL_LIMIT)}
             for verdict in attempt.verdicts for v in verdict.calls
         ]
+        for fault in attempt.injected:  # the first choice's calls lead `calls`
+            if fault.index < len(calls):
+                calls[fault.index]["injected"] = str(fault.channel)
+                calls[fault.index]["injected_detail"] = clip(fault.detail, DETAIL_LIMIT)
         label = self._model_label(model)
         if margins and attempt.verdicts:
             first_choice = calls[:len(attempt.verdicts[0].calls)]

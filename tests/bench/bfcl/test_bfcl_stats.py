@@ -126,6 +126,9 @@ def test_events_and_bfcl_scores_become_records() -> None:
          "dialect": "chat", "action": "replaced", "reason": None,
          "calls": [{"name": "f", "times": 2}]}]
     fields = proxy_fields(events)
+    # Nothing injected here: the first answer's error is the model's own (natural).
+    injected = fields.pop("injected")
+    assert injected.natural_first == {"unknown_tool": 1} and injected.injected == 0
     assert fields == {"requests": 1, "first_attempt_channels": {"unknown_tool": 1},
                       "unknown_tool_names": {"made_up": 1},
                       "outcomes": {"fixed_by_reask": 1}, "extra_upstream_calls": 2,
