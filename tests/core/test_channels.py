@@ -166,7 +166,7 @@ def test_validator_never_raises_on_arbitrary_json(value: object, wrapped: bool) 
     validate_reply(Reply(content=json.dumps({"name": "x", "arguments": value})), rules())
 
 
-def test_a_crashing_validator_is_an_internal_event_never_the_models_fault() -> None:
+def test_a_crashing_validator_is_check_fault_never_valid_nor_the_models_fault() -> None:
     import dataclasses
 
     class Exploding:
@@ -177,7 +177,8 @@ def test_a_crashing_validator_is_an_internal_event_never_the_models_fault() -> N
     broken = dataclasses.replace(TOOLSET, specs={**TOOLSET.specs, spec.name: dataclasses.replace(
         spec, validator=Exploding())})
     verdict = validate_reply(Reply(tool_calls=(call(),)), CallRules(toolset=broken))
-    assert verdict.valid
+    assert not verdict.valid  # issue 30: a fault inside a check is never "valid"
+    assert verdict.calls[0].channel is Channel.CHECK_FAULT
     assert verdict.internal_events == ("validator_error",)
 
 
