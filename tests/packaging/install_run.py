@@ -5,7 +5,9 @@ but not ignored: what the next commit holds) to DIR/src, then, each step bounded
 `python -m build` (the sdist, then the wheel built from it), `twine check --strict`, a
 new virtualenv DIR/venv with nothing in it but the wheel, its declared dependencies and
 openai (from the package index, constrained by requirements/constraints.txt, pip's cache
-reused), and, where uv is installed, `uv tool install` of the wheel into DIR/uv. It
+reused), the wheel with its `embedded` extra in DIR/venv-embedded (llama-cpp-python from
+the portable wheel scripts/setup.sh built), and, where uv is installed, `uv tool install`
+of the wheel into DIR/uv. It
 writes DIR/steps.json (what ran, how long each took) and exits non-zero at the first
 failure. The tests in test_distributions.py then run what was installed.
 
@@ -24,11 +26,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from reflexguard.embedded.model_store import home as model_home
 from tests.fakes.background import Background, launch
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
-TIMEOUT_S = 600.0  # the whole job; a bound on a hang (each step has its own below)
+TIMEOUT_S = 900.0  # the whole job; a bound on a hang (each step has its own below)
 STEP_TIMEOUT_S = 300.0
 # Variables that would let the checkout or this environment leak into the new one.
 LEAKS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "VIRTUAL_ENV",
@@ -44,6 +47,10 @@ class Installed(Background):
     @property
     def venv_bin(self) -> Path:
         return self.directory / "venv" / "bin"
+
+    @property
+    def embedded_bin(self) -> Path:
+        return self.directory / "venv-embedded" / "bin"
 
     @property
     def uv_bin(self) -> Path:
@@ -75,6 +82,17 @@ def uv_command() -> Path | None:
         return beside
     found = shutil.which("uv")
     return Path(found) if found else None
+
+
+def portable_wheels() -> Path | None:
+    """The folder setup.sh built llama-cpp-python's portable wheel into for this machine
+    (scripts/llama_build.py names its key), when it holds one."""
+    printed = subprocess.run([sys.executable, str(ROOT / "scripts" / "llama_build.py")],
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    values = dict(line.split("=", 1) for line in printed.splitlines() if "=" in line)
+    key = values.get("LLAMA_BUILD_KEY", "").strip("'")
+    keyed = model_home() / "wheels" / f"llama-cpp-python-{key}"
+    return keyed if key and any(keyed.glob("llama_cpp_python-*.whl")) else None
 
 
 _started: list[Installed] = []
@@ -135,6 +153,19 @@ def main(directory: Path) -> None:
         _run(steps, "pip install", [directory / "venv" / "bin" / "python", "-m", "pip",
                                     "install", "--quiet", "-c", CONSTRAINTS, wheel, "openai"],
              clean_env(), work)
+        keyed = portable_wheels()
+        if keyed is None:
+            steps["pip install [embedded]"] = ("skipped: no llama-cpp-python wheel built "
+                                               "(scripts/setup.sh builds it)")
+        else:
+            # A second virtualenv, so the first stays without the runtime (its test says
+            # the wheel user is told the extra); the project's portable llama.cpp build
+            # from setup's cache, as docs/embedded.md tells a pip user to use it.
+            embedded = directory / "venv-embedded"
+            _run(steps, "venv [embedded]", [python, "-m", "venv", embedded], clean_env(), work)
+            _run(steps, "pip install [embedded]", [
+                embedded / "bin" / "python", "-m", "pip", "install", "--quiet", "-c",
+                CONSTRAINTS, "--find-links", keyed, f"{wheel}[embedded]"], clean_env(), work)
         uv = uv_command()
         if uv is None:
             steps["uv tool install"] = "skipped: no uv"

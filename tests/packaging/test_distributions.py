@@ -34,6 +34,7 @@ from tests.packaging.install_run import ROOT, Installed, clean_env, start
 pytestmark = pytest.mark.network
 
 WAIT = 60.0  # a bound on a hang, not a measure of speed
+EMBEDDED_WAIT = 300.0  # the model's load and first token on 2 busy cores, likewise
 VALID = {"order_id": "#W1234567", "detail": "full"}
 # `detail` is required: the guard must re-ask, and the second answer is valid.
 MISSING = {"order_id": "#W1234567"}
@@ -210,3 +211,42 @@ def test_uv_tool_install_gives_a_working_command(installed: Installed) -> None:
     done = _run([installed.uv_bin / "reflexguard", "--version"], installed)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"reflexguard {_version(installed)}\n"
+
+
+def test_the_embedded_extra_serves_the_embedded_model(installed: Installed) -> None:
+    """`pip install 'reflexguard[embedded]'`, then `reflexguard serve` with no upstream: the
+    embedded default (weights from the model cache the test command fetched) answers a
+    guarded chat request."""
+    step = installed.steps().get("pip install [embedded]")
+    if isinstance(step, str):
+        pytest.skip(step)
+    port = free_port()
+    process = subprocess.Popen([installed.embedded_bin / "reflexguard", "serve", "--port",
+                                str(port)], cwd=installed.work, env=clean_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + EMBEDDED_WAIT
+        while True:
+            assert process.poll() is None, process.communicate()[1][-2000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
+                    break
+            except (urllib.error.URLError, ConnectionError):  # 503 while the model loads
+                assert time.monotonic() < deadline, "the embedded model never became ready"
+                time.sleep(0.5)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            data=json.dumps({**chat_body(), "max_tokens": 64, "temperature": 0}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=EMBEDDED_WAIT) as response:
+            assert response.status == 200
+            assert response.headers["x-reflexguard-attempts"]  # guarded, not passed through
+            reply = json.loads(response.read())
+        assert reply["choices"][0]["message"]["role"] == "assistant", reply
+    finally:
+        process.terminate()
+        try:
+            process.communicate(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
