@@ -230,7 +230,10 @@ def _repaired_json(arguments: str) -> str | None:
         return None
     if not isinstance(value, dict):
         return None
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # a guess that kept a lone surrogate: still malformed
+        return None
 
 
 def _snapped_name(name: str, toolset: ToolSet, threshold: float) -> str | None:

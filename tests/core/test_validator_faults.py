@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reflexguard.core.channels import Channel
+from reflexguard.core.fixes import FixPolicy, apply_fixes
 from reflexguard.core.ladder import GuardPolicy, returned_attempt, run_ladder, withholds
 from reflexguard.core.model import Reply, ToolCall
 from reflexguard.core.repair import reask_body
@@ -124,3 +125,13 @@ async def test_a_check_fault_beside_a_real_error_is_re_asked_for_the_error() -> 
     tool_messages = [m["content"] for m in send.bodies[0]["messages"] if m["role"] == "tool"]
     assert tool_messages[0].startswith("Not executed")  # no error of the model's invented
     assert tool_messages[1].startswith("Error:")
+
+
+def test_a_json_repair_guess_that_keeps_a_lone_surrogate_is_no_fix() -> None:
+    """Found by the fuzz suite (profile b, json_repair on): json-repair reads the broken
+    text, keeps the surrogate, and writing its guess raised: a 500. No fix instead; the
+    call stays malformed and is re-asked."""
+    reply = Reply(tool_calls=(ToolCall(id="c", name="f", arguments='{"x": 1, "y": "\\ud800'),))
+    fixed, applied = apply_fixes(reply, validate_reply(reply, RULES), RULES.toolset,
+                                 FixPolicy(json_repair=True))
+    assert applied == [] and fixed is reply
