@@ -50,7 +50,7 @@ def fault_lines(summary: dict[str, Any]) -> list[str]:
         for arm in [a for a in ARMS if a in arms]:
             row = arms[arm]
             share = row["repaired_share"]
-            repaired = "–" if share["rate"] is None else (
+            repaired = "– (repair off)" if arm == "off" else "–" if share["rate"] is None else (
                 f"{row['repaired']}/{share['n']} = {_pct(share['rate'])} "
                 f"[{_pct(share['low'])}, {_pct(share['high'])}]")
             lines.append(
