@@ -142,17 +142,20 @@ def _repairable() -> FakeUpstream:
 
 
 @contextmanager
-def _serving(installed: Installed, upstream: str) -> Iterator[str]:
-    """The installed `reflexguard serve --upstream`, its base URL once /healthz answers."""
+def _serving(installed: Installed, upstream: str | None, bin_dir: Path | None = None,
+             wait: float = WAIT) -> Iterator[str]:
+    """The installed `reflexguard serve` (in front of `upstream`, or the embedded model
+    when None), its base URL once /healthz answers 200 (503 while a model loads)."""
     port = free_port()
+    target = ["--upstream", upstream] if upstream is not None else []
     process = subprocess.Popen(
-        [installed.venv_bin / "reflexguard", "serve", "--upstream", upstream,
+        [(bin_dir or installed.venv_bin) / "reflexguard", "serve", *target,
          "--port", str(port)], cwd=installed.work, env=clean_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + WAIT
+        deadline = time.monotonic() + wait
         while True:
-            assert process.poll() is None, process.communicate()[1]
+            assert process.poll() is None, process.communicate()[1][-2000:]
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
                     break
@@ -220,33 +223,13 @@ def test_the_embedded_extra_serves_the_embedded_model(installed: Installed) -> N
     step = installed.steps().get("pip install [embedded]")
     if isinstance(step, str):
         pytest.skip(step)
-    port = free_port()
-    process = subprocess.Popen([installed.embedded_bin / "reflexguard", "serve", "--port",
-                                str(port)], cwd=installed.work, env=clean_env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + EMBEDDED_WAIT
-        while True:
-            assert process.poll() is None, process.communicate()[1][-2000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
-                    break
-            except (urllib.error.URLError, ConnectionError):  # 503 while the model loads
-                assert time.monotonic() < deadline, "the embedded model never became ready"
-                time.sleep(0.5)
+    with _serving(installed, None, installed.embedded_bin, EMBEDDED_WAIT) as url:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v1/chat/completions",
+            f"{url}/v1/chat/completions",
             data=json.dumps({**chat_body(), "max_tokens": 64, "temperature": 0}).encode(),
             headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=EMBEDDED_WAIT) as response:
             assert response.status == 200
             assert response.headers["x-reflexguard-attempts"]  # guarded, not passed through
             reply = json.loads(response.read())
-        assert reply["choices"][0]["message"]["role"] == "assistant", reply
-    finally:
-        process.terminate()
-        try:
-            process.communicate(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+    assert reply["choices"][0]["message"]["role"] == "assistant", reply
