@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from bench.fault_tally import InjectedTally
 
 # off: observe; on: the repair ladder; on+loop: the ladder and the loop guard (issue 32).
-BfclArm = Literal["off", "on", "on+loop"]
-BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on", "on+loop")
+BfclArm = Literal["off", "on", "on+loop", "on+stop"]
+BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on", "on+loop", "on+stop")
 DEFAULT_ARMS: tuple[BfclArm, ...] = ("off", "on")  # on+loop by --arms (the multi-turn study)
 
 
