@@ -75,7 +75,7 @@ async def test_with_the_loop_guard_off_a_repeat_is_left_alone(
 
 async def test_stop_replaces_a_repeat_again_with_a_labelled_text(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    hook, sent = guardrail(monkeypatch, tool_call_completion(*REPEATED), loop_guard="stop")
+    hook, _ = guardrail(monkeypatch, tool_call_completion(*REPEATED), loop_guard="stop")
     data: dict[str, Any] = {**looping("chat"), "metadata": {}}
     response = litellm.ModelResponse(**tool_call_completion(*REPEATED))
     stopped = await hook.async_post_call_success_hook(data, None, response)
