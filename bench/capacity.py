@@ -13,12 +13,23 @@ added p99. Only ratios of one run mean anything on a shared machine; nothing is 
 from __future__ import annotations
 
 import os
+import resource
 import sys
 from pathlib import Path
 
-from bench.perf.capacity import Options, measure, write_json
+from bench.perf.capacity import Options, measure, read_json
 from bench.perf.capacity_report import print_report
 from reflexguard.ops.oneline import OneLineParser
+
+
+def raise_descriptor_limit() -> int:
+    """The soft open-files limit raised to the hard one, for this process and the servers
+    it starts (they inherit it): at 2,000 streams a proxy holds 4,000 sockets, past the
+    usual soft limit of 1,024, and a production deployment raises it the same way."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,8 +48,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--load-processes", type=int, default=max(1, cores // 4), metavar="K")
     p.add_argument("--upstream-processes", type=int, default=max(1, cores // 4), metavar="U")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write every point here")
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write every point here, after each one")
+    p.add_argument("--report", type=Path, metavar="FILE",
+                   help="print the report of an earlier run's --json FILE, run nothing")
     args = p.parse_args(argv)
+    if args.report:
+        try:
+            saved, points = read_json(args.report)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            p.error(f"cannot read {args.report}: {exc}")
+        print_report(points, float(str(saved["gap_ms"])))
+        return
     if any(c < 1 for c in args.concurrency) or any(n < 1 for n in args.workers):
         p.error("--concurrency and --workers take positive integers")
     options = Options(sorted(set(args.workers)), sorted(set(args.concurrency)), args.scenes,
@@ -49,14 +70,14 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.gap_ms} ms between events, {args.upstream_processes} processes); "
           f"{args.load_processes} load processes; {args.warm} s warm-up + {args.duration} s "
           f"per point, {args.rounds} round(s)", flush=True)
+    descriptors = raise_descriptor_limit()
+    print(f"open files per process: {descriptors} (each stream holds two connections)")
     try:
-        points = measure(options)
+        points = measure(options, args.json)
     except RuntimeError as exc:
         print(f"bench.capacity: {exc}", file=sys.stderr)
         sys.exit(1)
     print_report(points, args.gap_ms)
-    if args.json:
-        write_json(points, options, args.json)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

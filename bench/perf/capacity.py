@@ -118,8 +118,10 @@ def drive(pool: multiprocessing.pool.Pool, target: Target, options: Options, c: 
                  sum(r.streams for r in results), errors, cpu, busy)
 
 
-def measure(options: Options) -> list[Point]:
-    """Every point of the grid, rounds merged per (target, c, scene)."""
+def measure(options: Options, saved: Path | None = None) -> list[Point]:
+    """Every point of the grid, rounds merged per (target, c, scene); with `saved`, all
+    points so far written there after each one (a run cut off by its time limit keeps
+    what it measured: `bench.capacity --report FILE` reads it)."""
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}"
     route = ROUTES[options.dialect]
@@ -167,10 +169,20 @@ def measure(options: Options) -> list[Point]:
                             have.busy = max(have.busy, point.busy)
                         else:
                             merged[key] = point
+                        if saved is not None:
+                            write_json(list(merged.values()), options, saved)
     return list(merged.values())
 
 
 def write_json(points: list[Point], options: Options, path: Path) -> None:
+    """The points as JSON: each one's summary and its raw samples (what a report needs)."""
     path.write_bytes(orjson.dumps({"options": asdict(options),
-                                   "points": [p.summary() for p in points]},
-                                  option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+                                   "points": [{**p.summary(), "first_text_ms": p.first_text_ms,
+                                               "hold_ms": p.hold_ms} for p in points]}))
+
+
+def read_json(path: Path) -> tuple[dict[str, object], list[Point]]:
+    """What write_json wrote: the options, and the points with their samples."""
+    data = orjson.loads(path.read_bytes())
+    fields = [f for f in Point.__dataclass_fields__]
+    return data["options"], [Point(**{f: row[f] for f in fields}) for row in data["points"]]
