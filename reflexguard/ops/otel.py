@@ -41,6 +41,8 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
                     20.48, 40.96, 81.92)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
                  16777216, 67108864)
+DURATION = ("gen_ai.client.operation.duration", "s", "GenAI operation duration")
+TOKENS = ("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used")
 REASON_LIMIT = 200  # result.reason is to be low-cardinality: channels and tool names
 KINDS = {"initial": "initial", "reask": "re-ask", "constrained": "constrained",
          "loop": "loop re-ask"}
@@ -52,18 +54,25 @@ current: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
 
 
 class Instruments:
-    """The tracer and the two GenAI metrics, from one pair of providers."""
+    """The tracer and the two GenAI metrics, from one pair of providers.
 
-    def __init__(self, tracer: Tracer, meter: Meter) -> None:
+    `tracer`: the SDK's (the Python API's application providers) or the proxy's direct
+    one (ops/otel_spans.py); `histograms`: the proxy's locally aggregated pair
+    (ops/otel_histograms.py), else the meter's own. Both kinds take the same calls."""
+
+    def __init__(self, tracer: Tracer | Any, meter: Meter | None,
+                 histograms: tuple[Any, Any] | None = None) -> None:
         self.tracer = tracer
-        self.duration = meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s",
-            description="GenAI operation duration",
-            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS))
-        self.tokens = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}",
-            description="Number of input and output tokens used",
-            explicit_bucket_boundaries_advisory=list(TOKEN_BUCKETS))
+        if histograms is not None:
+            self.duration, self.tokens = histograms
+        else:
+            assert meter is not None, "a meter or the histograms"
+            self.duration = meter.create_histogram(
+                DURATION[0], unit=DURATION[1], description=DURATION[2],
+                explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS))
+            self.tokens = meter.create_histogram(
+                TOKENS[0], unit=TOKENS[1], description=TOKENS[2],
+                explicit_bucket_boundaries_advisory=list(TOKEN_BUCKETS))
         self.content = capture_content()
         self.legacy = not latest_only()
 
