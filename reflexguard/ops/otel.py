@@ -44,6 +44,7 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 DURATION = ("gen_ai.client.operation.duration", "s", "GenAI operation duration")
 TOKENS = ("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used")
 REASON_LIMIT = 200  # result.reason is to be low-cardinality: channels and tool names
+TOKEN_KINDS = (("gen_ai.usage.input_tokens", "input"), ("gen_ai.usage.output_tokens", "output"))
 KINDS = {"initial": "initial", "reask": "re-ask", "constrained": "constrained",
          "loop": "loop re-ask"}
 
@@ -63,6 +64,7 @@ class Instruments:
     def __init__(self, tracer: Tracer | Any, meter: Meter | None,
                  histograms: tuple[Any, Any] | None = None) -> None:
         self.tracer = tracer
+        self.local = histograms is not None  # LocalHistogram's: add() as well as record()
         if histograms is not None:
             self.duration, self.tokens = histograms
         else:
@@ -164,11 +166,21 @@ class RequestTrace:
                   if k in attributes}
         if error is not None:
             labels["error.type"] = error
-        self.tools.duration.record(max(0.0, seconds), labels)
-        for key, kind in (("gen_ai.usage.input_tokens", "input"),
-                          ("gen_ai.usage.output_tokens", "output")):
-            if isinstance(attributes.get(key), int):
-                self.tools.tokens.record(attributes[key], {**labels, "gen_ai.token.type": kind})
+        tools = self.tools
+        if tools.local:  # one key and one read of the current span for the three points
+            key = frozenset(labels.items())
+            context = trace.get_current_span().get_span_context()
+            tools.duration.add(max(0.0, seconds), key, labels, None, context)
+            for name, kind in TOKEN_KINDS:
+                value = attributes.get(name)
+                if isinstance(value, int):
+                    tools.tokens.add(value, (key, kind), labels, ("gen_ai.token.type", kind),
+                                     context)
+            return
+        tools.duration.record(max(0.0, seconds), labels)
+        for name, kind in TOKEN_KINDS:
+            if isinstance(attributes.get(name), int):
+                tools.tokens.record(attributes[name], {**labels, "gen_ai.token.type": kind})
 
     # -- the guard's decision ---------------------------------------------------------
 

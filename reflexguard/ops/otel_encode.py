@@ -23,6 +23,8 @@ from opentelemetry.trace import SpanKind
 
 KINDS = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3, SpanKind.PRODUCER: 4,
          SpanKind.CONSUMER: 5}
+KIND_FIELDS = {kind: b"\x30" + bytes((value,)) for kind, value in KINDS.items()}
+STATUS_FIELDS = {0: b"\x7a\x00", 1: b"\x7a\x02\x18\x01", 2: b"\x7a\x02\x18\x02"}  # no message
 # Span.flags: SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, with IS_REMOTE for a remote parent.
 LOCAL_PARENT = b"\x85\x01" + struct.pack("<I", 0x100)
 REMOTE_PARENT = b"\x85\x01" + struct.pack("<I", 0x300)
@@ -76,6 +78,7 @@ class Encoder:
 
     def __init__(self) -> None:
         self.pairs: dict[tuple[bytes, str, type, Any], bytes] = {}
+        self.names: dict[str, bytes] = {}  # span names' fields
         # (resource, scope) ids -> the objects (to tell a reused id) and their bytes
         self.headers: dict[tuple[int, int], tuple[Any, Any, tuple[bytes, bytes, bytes, bytes]]] = {}
 
@@ -116,7 +119,12 @@ class Encoder:
         parent = span.parent
         if parent is not None:
             parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-        parts += (field(b"\x2a", span.name.encode()), b"\x30", bytes((KINDS[span.kind],)),
+        name = self.names.get(span.name)
+        if name is None:
+            if len(self.names) >= PAIRS_KEPT:
+                self.names.clear()
+            name = self.names[span.name] = field(b"\x2a", span.name.encode())
+        parts += (name, KIND_FIELDS[span.kind],
                   b"\x39", _fixed64(span.start_time), b"\x41", _fixed64(span.end_time),
                   self.attributes(b"\x4a", span.attributes))
         if span.dropped_attributes:
@@ -132,9 +140,12 @@ class Encoder:
         if span.dropped_links:
             parts.append(b"\x70" + varint(span.dropped_links))
         status = span.status
-        message = field(b"\x12", status.description.encode()) if status.description else b""
-        code = status.status_code.value
-        parts.append(field(b"\x7a", message + (b"\x18" + varint(code) if code else b"")))
+        if status.description:
+            code = status.status_code.value
+            parts.append(field(b"\x7a", field(b"\x12", status.description.encode())
+                               + (b"\x18" + varint(code) if code else b"")))
+        else:
+            parts.append(STATUS_FIELDS[status.status_code.value])
         parts.append(REMOTE_PARENT if parent is not None and parent.is_remote
                      else LOCAL_PARENT)
         return b"".join(parts)

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -79,36 +79,46 @@ class LocalHistogram:
                  boundaries: Sequence[float]) -> None:
         self.name, self.unit, self.description = name, unit, description
         self.bounds = tuple(float(b) for b in boundaries)
-        self.points: dict[frozenset[tuple[str, Any]], Point] = {}
-        self.cumulative: dict[frozenset[tuple[str, Any]], Point] = {}
+        self.points: dict[Hashable, Point] = {}
+        self.cumulative: dict[Hashable, Point] = {}
         # The attribute sets counted against the limit: since the start (cumulative) or
         # this interval (delta, cleared by collect), as the SDK's streams are.
-        self.admitted: set[frozenset[tuple[str, Any]]] = set()
+        self.admitted: set[Hashable] = set()
         self.lock = threading.Lock()  # the reader's thread collects while requests record
         self.filter = exemplar_filter()
         self.last_collection = time.time_ns()
 
     def record(self, amount: float, attributes: Mapping[str, Any]) -> None:
+        self.add(amount, frozenset(attributes.items()), attributes)
+
+    def add(self, amount: float, key: Hashable, labels: Mapping[str, Any],
+            extra: tuple[str, Any] | None = None, context: SpanContext | None = None) -> None:
+        """record() for a caller that measures several points with one label set: `key`
+        names the attribute set (labels, plus `extra` when given), whose attributes are
+        made only for a new point; `context`: the current span's, read once."""
         if not (amount >= 0 and math.isfinite(amount)):  # the SDK drops these too
             return
-        key = frozenset(attributes.items())
         index = bisect_left(self.bounds, amount)
         exemplar = None
         if self.filter != "always_off":  # the SDK's filter reads the current span
-            context = trace.get_current_span().get_span_context()
+            if context is None:
+                context = trace.get_current_span().get_span_context()
             if context.trace_flags & SAMPLED or self.filter == "always_on":
                 exemplar = (amount, time.time_ns(), context)
         with self.lock:
             point = self.points.get(key)
             if point is None:
+                attributes = dict(labels)
+                if extra is not None:
+                    attributes[extra[0]] = extra[1]
                 if key not in self.admitted:
                     if len(self.admitted) >= CARDINALITY_LIMIT - 1:
-                        key, attributes = OVERFLOW_KEY, OVERFLOW
+                        key, attributes = OVERFLOW_KEY, dict(OVERFLOW)
                         point = self.points.get(key)
                     else:
                         self.admitted.add(key)
                 if point is None:
-                    point = self.points[key] = Point(dict(attributes), len(self.bounds) + 1,
+                    point = self.points[key] = Point(attributes, len(self.bounds) + 1,
                                                      self.last_collection)
             point.counts[index] += 1
             point.sum += amount

@@ -51,6 +51,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from opentelemetry.util import types
 
 KEPT_FLAGS = TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID  # what a child inherits
+FLAGS = tuple(TraceFlags(value) for value in range(256))  # made once, not per span
 UNSET = Status(StatusCode.UNSET)  # immutable: shared by every span until one is set
 
 
@@ -110,7 +111,7 @@ class DirectTracer:
             if decision is not Decision.DROP:
                 kept = dict(result.attributes)  # the sampler's own, as the SDK keeps them
         own = SpanContext(trace_id, self.ids.generate_span_id(), is_remote=False,
-                          trace_flags=TraceFlags(flags), trace_state=state)
+                          trace_flags=FLAGS[flags], trace_state=state)
         return DirectSpan(self, name, own, parent, kind, kept,
                           start_time if start_time is not None else time.time_ns())
 
