@@ -28,6 +28,7 @@ STATUS_FIELDS = {0: b"\x7a\x00", 1: b"\x7a\x02\x18\x01", 2: b"\x7a\x02\x18\x02"}
 # Span.flags: SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, with IS_REMOTE for a remote parent.
 LOCAL_PARENT = b"\x85\x01" + struct.pack("<I", 0x100)
 REMOTE_PARENT = b"\x85\x01" + struct.pack("<I", 0x300)
+VARIETY = 256  # distinct values of one key before its pairs are no longer cached
 PAIRS_KEPT = 4096  # cached attribute pairs; a full cache is emptied (unique ids pass through)
 SMALL = [bytes((n,)) for n in range(0x80)]  # one-byte varints
 _fixed64 = struct.Struct("<Q").pack
@@ -79,25 +80,32 @@ class Encoder:
     def __init__(self) -> None:
         self.pairs: dict[tuple[bytes, str, type, Any], bytes] = {}
         self.names: dict[str, bytes] = {}  # span names' fields
+        self.misses: dict[str, int] = {}  # cache misses per attribute key
+        self.varied: set[str] = set()  # keys written without the cache
         # (resource, scope) ids -> the objects (to tell a reused id) and their bytes
         self.headers: dict[tuple[int, int], tuple[Any, Any, tuple[bytes, bytes, bytes, bytes]]] = {}
 
     def attributes(self, tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         """Repeated KeyValue fields under `tag`; a pair with a hashable value is cached
-        with its tag, so a recurring one costs a lookup."""
+        with its tag, so a recurring one costs a lookup. A key whose values keep changing
+        (a request id, a measured time) stops being cached after VARIETY misses, so it
+        cannot churn the cache."""
         if not attributes:
             return b""
-        pairs = self.pairs
+        pairs, varied = self.pairs, self.varied
         out = []
         for key, value in attributes.items():
             kind = type(value)
-            if kind is list or kind is tuple:
+            if kind is list or kind is tuple or key in varied:
                 out.append(field(tag, field(b"\x0a", key.encode())
                                  + field(b"\x12", any_value(value))))
                 continue
             cache_key = (tag, key, kind, value)
             found = pairs.get(cache_key)
             if found is None:
+                misses = self.misses[key] = self.misses.get(key, 0) + 1
+                if misses > VARIETY:
+                    varied.add(key)
                 if len(pairs) >= PAIRS_KEPT:
                     pairs.clear()
                 found = pairs[cache_key] = field(tag, field(b"\x0a", key.encode())
@@ -129,7 +137,7 @@ class Encoder:
                   self.attributes(b"\x4a", span.attributes))
         if span.dropped_attributes:
             parts.append(b"\x50" + varint(span.dropped_attributes))
-        for event in span.events:
+        for event in span.events or ():
             body = b"\x09" + _fixed64(event.timestamp) + field(b"\x12", event.name.encode()) \
                 + self.attributes(b"\x1a", event.attributes)
             if event.dropped_attributes:

@@ -183,3 +183,13 @@ def test_the_sdks_attribute_limits_still_cut(monkeypatch) -> None:
     [done] = exported.get_finished_spans()
     assert dict(done.attributes) == {"a": "x", "b": "abcd"}  # the SDK keeps the newest
     assert done.dropped_attributes == 1
+
+
+def test_a_key_of_ever_new_values_is_written_the_same_uncached() -> None:
+    resource = Resource.create({"service.name": "rg"})
+    spans = [ReadableSpan("POST /v1", context(), None, resource,
+                          {"reflexguard.request_id": f"rg-{n}", "reflexguard.overhead_ms": n / 7},
+                          start_time=1, end_time=2) for n in range(600)]
+    encoder = Encoder()
+    assert encoder.request(spans) == encode_spans(spans).SerializePartialToString()
+    assert "reflexguard.request_id" in encoder.varied
