@@ -55,6 +55,9 @@ def main() -> None:
     parser.add_argument("--tools", choices=sorted(TOOL_WORKLOADS), default="15")
     parser.add_argument("--seconds", type=int, default=12)
     parser.add_argument("--margins", action="store_true", help="reflexguard with margins on")
+    parser.add_argument("--otel", type=float, metavar="RATIO",
+                        help="reflexguard with OpenTelemetry on, exporting to a local OTLP "
+                        "sink, one trace in 1/RATIO kept (1: every trace) (issue 34)")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--self", action="store_true",
                         help="also the frames on top of the stack, any module's")
@@ -63,13 +66,19 @@ def main() -> None:
     args = parser.parse_args()
     up, guard_port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up}/v1"
-    env = {"REFLEXGUARD_MARGINS": "on"} if args.margins else None
+    env = {"REFLEXGUARD_MARGINS": "on"} if args.margins else {}
+    sink = free_port()
+    if args.otel is not None:
+        env.update({"REFLEXGUARD_OTEL": "on", "OTEL_EXPORTER_OTLP_ENDPOINT":
+                    f"http://127.0.0.1:{sink}", "OTEL_TRACES_SAMPLER":
+                    "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(args.otel)})
     server = (["-m", "bench.perf.minimal_proxy", "--upstream", upstream, "--port",
                str(guard_port)] if args.minimal else
               ["-m", "reflexguard", "serve", "--upstream", upstream, "--port", str(guard_port)])
     with tempfile.TemporaryDirectory() as tmp, \
             process(["-m", "bench.perf.fast_upstream", "--port", str(up)], up), \
-            process(server, guard_port, env) as guard:
+            process(["-m", "bench.perf.otlp_sink", "--port", str(sink)], sink), \
+            process(server, guard_port, env or None) as guard:
         out = Path(tmp) / "stacks.txt"
         spy = subprocess.Popen([str(PY_SPY), "record", "--pid", str(guard.pid), "--duration",
                                 str(args.seconds), "--rate", "200", "--format", "raw",
@@ -80,8 +89,9 @@ def main() -> None:
                                   200 * args.seconds, guard.pid, TOOL_WORKLOADS[args.tools][1]))
         if spy.wait() != 0 or not out.exists():
             sys.exit("py-spy failed (it needs ptrace: root, or CAP_SYS_PTRACE)")
+        otel = "" if args.otel is None else f", otel on (ratio {args.otel})"
         print(f"{'minimal pass-through, ' if args.minimal else ''}"
-              f"{args.tools} tools{', margins on' if args.margins else ''}: "
+              f"{args.tools} tools{', margins on' if args.margins else ''}{otel}: "
               f"{point.rps:.0f} req/s at c=50, {point.cpu_ms_per_request:.3f} ms CPU/request")
         print("share of samples with the frame on the stack (inclusive):")
         for share, frame in hottest(out, args.top):

@@ -41,7 +41,10 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
                     20.48, 40.96, 81.92)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
                  16777216, 67108864)
+DURATION = ("gen_ai.client.operation.duration", "s", "GenAI operation duration")
+TOKENS = ("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used")
 REASON_LIMIT = 200  # result.reason is to be low-cardinality: channels and tool names
+TOKEN_KINDS = (("gen_ai.usage.input_tokens", "input"), ("gen_ai.usage.output_tokens", "output"))
 KINDS = {"initial": "initial", "reask": "re-ask", "constrained": "constrained",
          "loop": "loop re-ask"}
 
@@ -52,18 +55,26 @@ current: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
 
 
 class Instruments:
-    """The tracer and the two GenAI metrics, from one pair of providers."""
+    """The tracer and the two GenAI metrics, from one pair of providers.
 
-    def __init__(self, tracer: Tracer, meter: Meter) -> None:
+    `tracer`: the SDK's (the Python API's application providers) or the proxy's direct
+    one (ops/otel_spans.py); `histograms`: the proxy's locally aggregated pair
+    (ops/otel_histograms.py), else the meter's own. Both kinds take the same calls."""
+
+    def __init__(self, tracer: Tracer | Any, meter: Meter | None,
+                 histograms: tuple[Any, Any] | None = None) -> None:
         self.tracer = tracer
-        self.duration = meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s",
-            description="GenAI operation duration",
-            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS))
-        self.tokens = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}",
-            description="Number of input and output tokens used",
-            explicit_bucket_boundaries_advisory=list(TOKEN_BUCKETS))
+        self.local = histograms is not None  # LocalHistogram's: add() as well as record()
+        if histograms is not None:
+            self.duration, self.tokens = histograms
+        else:
+            assert meter is not None, "a meter or the histograms"
+            self.duration = meter.create_histogram(
+                DURATION[0], unit=DURATION[1], description=DURATION[2],
+                explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS))
+            self.tokens = meter.create_histogram(
+                TOKENS[0], unit=TOKENS[1], description=TOKENS[2],
+                explicit_bucket_boundaries_advisory=list(TOKEN_BUCKETS))
         self.content = capture_content()
         self.legacy = not latest_only()
 
@@ -155,11 +166,21 @@ class RequestTrace:
                   if k in attributes}
         if error is not None:
             labels["error.type"] = error
-        self.tools.duration.record(max(0.0, seconds), labels)
-        for key, kind in (("gen_ai.usage.input_tokens", "input"),
-                          ("gen_ai.usage.output_tokens", "output")):
-            if isinstance(attributes.get(key), int):
-                self.tools.tokens.record(attributes[key], {**labels, "gen_ai.token.type": kind})
+        tools = self.tools
+        if tools.local:  # one key and one read of the current span for the three points
+            key = frozenset(labels.items())
+            context = trace.get_current_span().get_span_context()
+            tools.duration.add(max(0.0, seconds), key, labels, None, context)
+            for name, kind in TOKEN_KINDS:
+                value = attributes.get(name)
+                if isinstance(value, int):
+                    tools.tokens.add(value, (key, kind), labels, ("gen_ai.token.type", kind),
+                                     context)
+            return
+        tools.duration.record(max(0.0, seconds), labels)
+        for name, kind in TOKEN_KINDS:
+            if isinstance(attributes.get(name), int):
+                tools.tokens.record(attributes[name], {**labels, "gen_ai.token.type": kind})
 
     # -- the guard's decision ---------------------------------------------------------
 

@@ -6,6 +6,7 @@ This is an I/O edge, imported only with `otel` on (reflexguard.ops.tracing.instr
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from reflexguard.core.ladder import UpstreamFailure
 from reflexguard.ops.otel import SCOPE, Instruments, OtelHooks, RequestTrace, current
 from reflexguard.ops.otel_setup import Providers, process_providers
+from reflexguard.ops.otel_spans import DirectTracer
 
 
 def _route(request: web.Request) -> str:
@@ -146,10 +148,32 @@ def _server(upstream: Any) -> dict[str, Any]:
     return found
 
 
+def _tracer(providers: Providers) -> Any:
+    """The direct tracer (ops/otel_spans.py), unless the SDK is asked to count its own
+    spans (OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED), which only its spans do, or gives
+    no SDK tracer (OTEL_SDK_DISABLED): then the SDK's, a counted fallback."""
+    reason = None
+    if os.environ.get("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "").strip().lower() == "true":
+        reason = "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED"
+    else:
+        try:
+            return DirectTracer(providers.tracer_provider, SCOPE)
+        except TypeError as exc:
+            reason = str(exc)
+    providers.fallbacks("otel_sdk_spans", reason=reason)
+    return providers.tracer_provider.get_tracer(SCOPE)
+
+
 def proxy_hooks(app: web.Application, upstream: Any) -> OtelHooks:
     providers: Providers = process_providers()
-    tools = Instruments(providers.tracer_provider.get_tracer(SCOPE),
-                        providers.meter_provider.get_meter(SCOPE))
+    # The app's telemetry counts and logs our fallbacks. ops may not import http's key
+    # for it (the layers), so it is found by what it holds.
+    for value in app.values():
+        telemetry = getattr(value, "telemetry", None)
+        if telemetry is not None and hasattr(telemetry, "fallback"):
+            providers.fallbacks.attach(telemetry.fallback)
+            break
+    tools = Instruments(_tracer(providers), None, providers.histograms)
     app.middlewares.insert(0, server_middleware(tools))
     wrap_upstream(upstream)
 
