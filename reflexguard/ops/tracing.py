@@ -46,6 +46,13 @@ OFF = NoTracing()
 hooks: Any = OFF
 
 
+def missing_otel(exc: ImportError) -> str:
+    """The one line `otel: on` gives where OpenTelemetry is not installed (a CLI user sees
+    it as the error, not a traceback)."""
+    return (f"otel is on but OpenTelemetry is not installed ({exc.name or exc}): install "
+            "it with `pip install 'reflexguard[otel]'`, or turn otel off")
+
+
 def instrument(app: web.Application, upstream: Any, settings: Settings) -> None:
     """With `otel` on: a SERVER span around every request, a CLIENT span around every
     upstream request (its traceparent sent upstream), exported over OTLP by this
@@ -53,7 +60,10 @@ def instrument(app: web.Application, upstream: Any, settings: Settings) -> None:
     global hooks
     if not settings.otel:
         return
-    from reflexguard.ops.otel_proxy import proxy_hooks
+    try:
+        from reflexguard.ops.otel_proxy import proxy_hooks
+    except ImportError as exc:
+        raise ValueError(missing_otel(exc)) from None
 
     hooks = proxy_hooks(app, upstream)
 
@@ -70,7 +80,10 @@ def for_library(settings: Settings) -> None:
     global hooks
     if not settings.otel or hooks.enabled:
         return
-    from reflexguard.ops.otel import library_hooks
+    try:
+        from reflexguard.ops.otel import library_hooks
+    except ImportError as exc:
+        raise ValueError(missing_otel(exc)) from None
 
     hooks = library_hooks()
 
