@@ -22,7 +22,7 @@ import orjson
 
 from bench.perf.fast_upstream import ANSWER_BYTES, answer_with_logprobs
 from bench.perf.workload import TOOL_WORKLOADS
-from reflexguard.core.ladder import read_attempt
+from reflexguard.core.attempts import read_attempt
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
 from reflexguard.core.margins import completion_margins
 from reflexguard.core.toolset import ToolSetCache

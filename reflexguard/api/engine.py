@@ -18,19 +18,15 @@ from typing import Any, TypeVar
 import structlog
 
 from reflexguard.api.errors import RepairExhausted, UpstreamStreamCut
+from reflexguard.core.attempts import Attempt, LadderResult, read_attempt
 from reflexguard.core.budget import policy_for_budget
+from reflexguard.core.choice import agent_completion, returned_attempt, settle_choice
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.ladder import (
     CHAT_BUILDERS,
-    Attempt,
     GuardPolicy,
-    LadderResult,
     Send,
-    agent_completion,
-    read_attempt,
-    returned_attempt,
     run_ladder,
-    settle_choice,
     settled_without_repair,
 )
 from reflexguard.core.loop_guard import guard_loops, out_of_time, settled_without_reask

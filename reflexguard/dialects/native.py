@@ -15,8 +15,10 @@ from typing import Any, Literal
 
 import orjson
 
+from reflexguard.core.attempts import Attempt, LadderResult
+from reflexguard.core.choice import agent_completion
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.ladder import Attempt, LadderResult, RequestBuilders, agent_completion
+from reflexguard.core.ladder import RequestBuilders
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
 from reflexguard.core.model import JsonObject, Reply, Verdict
 from reflexguard.core.toolset import (

@@ -18,7 +18,8 @@ import orjson
 from aiohttp import web
 
 from reflexguard.core import json_text
-from reflexguard.core.ladder import agent_completion, read_attempt, returned_attempt
+from reflexguard.core.attempts import read_attempt
+from reflexguard.core.choice import agent_completion, returned_attempt
 from reflexguard.core.model import as_object
 from reflexguard.dialects.chat_stream import StreamAssembler
 from reflexguard.dialects.native import NATIVE_KEY, Dialect, DialectRequest

@@ -28,7 +28,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from reflexguard.core import json_text
-from reflexguard.core.ladder import read_attempt, returned_attempt
+from reflexguard.core.attempts import read_attempt
+from reflexguard.core.choice import returned_attempt
 from reflexguard.core.limits import depth_exceeds, nesting_could_exceed
 from reflexguard.core.model import JsonObject
 from reflexguard.dialects.chat_stream import (

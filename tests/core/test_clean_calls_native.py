@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from reflexguard.core.attempts import read_attempt
 from reflexguard.core.grounding import DEFAULT_PATTERN
-from reflexguard.core.ladder import read_attempt
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules

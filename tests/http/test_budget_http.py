@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reflexguard.core.ladder import WITHHELD_TEXT
+from reflexguard.core.choice import WITHHELD_TEXT
 from reflexguard.core.toolset import CompileNeeded
 from reflexguard.dialects.chat_request import read_request
 from reflexguard.http.app import GUARD_KEY
