@@ -40,7 +40,7 @@ from reflexguard.core.repair import (
     constrain,
     reask_body,
 )
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 from reflexguard.core.validate import CallRules, validate_reply
 
 MAX_REPAIRS_CEILING = 10

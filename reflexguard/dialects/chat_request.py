@@ -24,14 +24,8 @@ from reflexguard.core.limits import (
     safe_label,
 )
 from reflexguard.core.model import JsonObject, ToolChoice
-from reflexguard.core.toolset import (
-    KEY_PREFIX,
-    InvalidTools,
-    InvalidToolSchema,
-    ToolSet,
-    ToolSetCache,
-    ToolsTooDeep,
-)
+from reflexguard.core.tool_records import InvalidTools, InvalidToolSchema, ToolSet, ToolsTooDeep
+from reflexguard.core.toolset import KEY_PREFIX, ToolSetCache
 from reflexguard.core.validate import CallRules
 
 

@@ -21,13 +21,8 @@ from reflexguard.core.errors import BadRequest
 from reflexguard.core.ladder import RequestBuilders
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
 from reflexguard.core.model import JsonObject, Reply, Verdict
-from reflexguard.core.toolset import (
-    KEY_PREFIX,
-    InvalidTools,
-    InvalidToolSchema,
-    ToolSet,
-    ToolSetCache,
-)
+from reflexguard.core.tool_records import InvalidTools, InvalidToolSchema, ToolSet
+from reflexguard.core.toolset import KEY_PREFIX, ToolSetCache
 from reflexguard.core.validate import CallRules
 from reflexguard.dialects.chat_request import (
     ChatRequest,

@@ -14,7 +14,9 @@ from reflexguard.core import toolset as toolset_module
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import depth_exceeds
 from reflexguard.core.model import Reply, ToolCall
-from reflexguard.core.toolset import ToolSetCache, ToolsTooDeep, nesting_depth
+from reflexguard.core.tool_compile import nesting_depth
+from reflexguard.core.tool_records import ToolsTooDeep
+from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import validate_reply
 from reflexguard.dialects.chat_request import GroundingPolicy, read_request
 
