@@ -39,13 +39,8 @@ from reflexguard.dialects.chat_stream import (
     closing_chunk_bodies,
     text_chunk_body,
 )
-from reflexguard.dialects.native import (
-    NATIVE_KEY,
-    Dialect,
-    dialect_request,
-    echoing_builders,
-    native_reply,
-)
+from reflexguard.dialects.native import NATIVE_KEY, Dialect, echoing_builders, native_reply
+from reflexguard.dialects.reader import dialect_request
 from reflexguard.dialects.trajectory import steps_of
 from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings

@@ -19,11 +19,6 @@ from reflexguard.core.limits import DEFAULT_MAX_SCHEMA_NODES
 from reflexguard.core.tool_compile import compile_tools, nesting_depth
 from reflexguard.core.tool_records import InvalidTools, InvalidToolSchema, ToolSet, ToolsTooDeep
 
-# The leading bytes of a held tools list by which `known_lists` finds it, and how many
-# lists sharing them are kept there (tool sets that differ in a later tool share them).
-KEY_PREFIX = 48
-KEYS_PER_PREFIX = 8
-
 
 class CompileNeeded(Exception):
     """A deferring cache's miss: the tools to compile off the loop (ToolSetCache)."""
@@ -41,7 +36,6 @@ def _fresh(exc: Exception) -> Exception:
     clone.args = exc.args
     clone.__dict__.update(exc.__dict__)
     return clone
-
 
 
 class ToolSetCache:
@@ -69,8 +63,6 @@ class ToolSetCache:
         self._exact: OrderedDict[bytes, ToolSet] = OrderedDict()  # by serialisation
         self._exact_key_bytes = exact_key_bytes  # the exact keys' total size, bounded
         self._held_key_bytes = 0
-        # The exact keys by their first KEY_PREFIX bytes, the latest remembered first.
-        self._by_prefix: dict[bytes, list[bytes]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -117,12 +109,6 @@ class ToolSetCache:
         if max_depth is not None and found.depth > max_depth:
             raise ToolsTooDeep(max_depth)
         return found
-
-    def known_lists(self, prefix: bytes) -> list[bytes]:
-        """The exact keys held (tools lists, as bytes a client sent or their compact form)
-        that begin with `prefix`, their first KEY_PREFIX bytes: read_request looks for one
-        of these in a body instead of scanning the body for its list (chat_request.py)."""
-        return self._by_prefix.get(prefix, [])
 
     def _deferred(self, key: bytes, tools: list[Any] | None, raw: bytes | None,
                   max_depth: int | None) -> ToolSet | None:
@@ -196,22 +182,9 @@ class ToolSetCache:
             return
         self._exact[key] = toolset
         self._held_key_bytes += len(key)
-        sharing = self._by_prefix.setdefault(key[:KEY_PREFIX], [])
-        sharing.insert(0, key)
-        del sharing[KEYS_PER_PREFIX:]  # still held by `_exact`, found by the full split
         while len(self._exact) > self._capacity or self._held_key_bytes > self._exact_key_bytes:
             evicted, _ = self._exact.popitem(last=False)
             self._held_key_bytes -= len(evicted)
-            self._forget_prefix(evicted)
-
-    def _forget_prefix(self, key: bytes) -> None:
-        sharing = self._by_prefix.get(key[:KEY_PREFIX])
-        if sharing is None:
-            return
-        if key in sharing:
-            sharing.remove(key)
-        if not sharing:
-            del self._by_prefix[key[:KEY_PREFIX]]
 
     @property
     def sizes(self) -> tuple[int, int, int]:

@@ -8,10 +8,9 @@ and upstream faults become OpenAI-format errors at this boundary, never tracebac
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import time
-from typing import Any
+from typing import Any, overload
 
 from aiohttp import web
 
@@ -20,10 +19,10 @@ from reflexguard.core.budget import BUDGET_HEADER
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import safe_label
 from reflexguard.core.toolset import CompileNeeded
-from reflexguard.dialects.chat_request import ChatRequest, read_request
-from reflexguard.dialects.history import has_calls, repaired
+from reflexguard.dialects.chat_request import CHAT, ChatForm, ChatRequest
 from reflexguard.dialects.messages import MESSAGES
-from reflexguard.dialects.native import Dialect, DialectRequest, read_dialect_request
+from reflexguard.dialects.native import Dialect, DialectRequest
+from reflexguard.dialects.reader import cleaned, read_request
 from reflexguard.dialects.responses import RESPONSES
 from reflexguard.http.call import GuardedCall
 from reflexguard.http.client_stream import STREAM_KEY, end_stream_with_error
@@ -59,15 +58,12 @@ class Routes(PassThroughRoutes, StatusRoutes):
         try:
             raw = await self._body(request)
             try:
-                chat = read_request(raw, self.toolsets, self.grounding,
-                                    self.settings.max_json_depth)
+                raw, chat = self._read(raw, CHAT)
             except CompileNeeded as miss:  # a new tool set: compiled off the loop (issue 18)
                 await self.compile_tools(miss)
-                chat = read_request(raw, self.toolsets, self.grounding,
-                                    self.settings.max_json_depth)
+                raw, chat = self._read(raw, CHAT)
         except BadRequest as exc:
             return bad_request(exc)
-        raw, chat = self._chat_history(raw, chat)
         headers = self.upstream.headers(request.headers)
         if not chat.guarded:
             if chat.stream:
@@ -104,18 +100,15 @@ class Routes(PassThroughRoutes, StatusRoutes):
         try:
             raw = await self._body(request)
             try:
-                parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
-                                              self.settings.max_json_depth)
+                raw, parsed = self._read(raw, dialect)
             except CompileNeeded as miss:  # a new tool set: compiled off the loop (issue 18)
                 await self.compile_tools(miss)
-                parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
-                                              self.settings.max_json_depth)
+                raw, parsed = self._read(raw, dialect)
         except BadRequest as exc:
             response = dialect_bad_request(dialect, exc)
             if isinstance(exc, UndecodableBody):
                 response.force_close()
             return response
-        raw, parsed = self._dialect_history(raw, parsed, dialect)
         headers = self.upstream.headers(request.headers)
         native = dialect.name in self.settings.upstream_dialects
         if not native and parsed.dropped:
@@ -157,33 +150,21 @@ class Routes(PassThroughRoutes, StatusRoutes):
             self.telemetry.client_gone(request_id=call.request_id, session=call.session)
             raise
 
-    def _chat_history(self, raw: bytes, chat: ChatRequest) -> tuple[bytes, ChatRequest]:
-        """The bytes to forward and the request read from them: the client's, unless a
-        historical tool call would make the model server refuse the conversation
-        (dialects/history.py); then a repaired copy, counted as history_repaired."""
-        if not has_calls(raw, "chat", chat.tools_span):  # the fast path: a bytes scan
-            return raw, chat
-        fixed = repaired(chat.fields, "chat", chat.tools_raw)
-        if fixed is None:
-            return raw, chat
-        forwarded, fields, report = fixed
-        self.telemetry.history_repaired(report.kinds, "chat", report.left_as_sent)
-        return forwarded, dataclasses.replace(chat, fields=fields)
-
-    def _dialect_history(self, raw: bytes, parsed: DialectRequest, dialect: Dialect,
-                         ) -> tuple[bytes, DialectRequest]:
-        """As _chat_history, for Messages and Responses (their chat view translated again)."""
-        if not has_calls(raw, dialect.name):
-            return raw, parsed
-        fixed = repaired(parsed.body, dialect.name)
-        if fixed is None:
-            return raw, parsed
-        forwarded, body, report = fixed
-        self.telemetry.history_repaired(report.kinds, dialect.name, report.left_as_sent)
-        chat_view, _ = dialect.to_chat(body)  # the same tools: the same rules, as read
-        return forwarded, DialectRequest(body, dataclasses.replace(parsed.chat,
-                                                                   fields=chat_view),
-                                         parsed.dropped)
+    @overload
+    def _read(self, raw: bytes, form: ChatForm) -> tuple[bytes, ChatRequest]: ...
+    @overload
+    def _read(self, raw: bytes, form: Dialect) -> tuple[bytes, DialectRequest]: ...
+    def _read(self, raw: bytes, form: ChatForm | Dialect,
+              ) -> tuple[bytes, ChatRequest | DialectRequest]:
+        """The request in the client's bytes (dialects/reader.py), and the bytes to forward:
+        the client's, or a copy with its history repaired, counted as history_repaired."""
+        parsed = read_request(raw, form, self.toolsets, self.grounding,
+                              self.settings.max_json_depth)
+        # `parsed` is of `form`'s dialect, which the overloads cannot say of a union.
+        forwarded, parsed, report = cleaned(raw, form, parsed)  # type: ignore[arg-type]
+        if report is not None:
+            self.telemetry.history_repaired(report.kinds, form.name, report.left_as_sent)
+        return forwarded, parsed
 
 
 GUARD_KEY: web.AppKey[Routes] = web.AppKey("guard", Routes)
