@@ -25,15 +25,19 @@ RETAIL_SUBSET = 5
 SIMULATED_CHANNELS = ("unknown_tool", "argument_error")
 # `both` keeps its meaning from before the budget arm existed: off and on, paired.
 REPAIR_CHOICES: dict[str, list[Arm]] = {
-    "off": ["off"], "on": ["on"], "on+budget": ["on+budget"], "both": ["off", "on"],
-    "all": list(ARMS)}
+    "off": ["off"], "on": ["on"], "on+budget": ["on+budget"], "on+stop": ["on+stop"],
+    "both": ["off", "on"], "loop": ["on", "on+stop"],
+    # on+stop is opt-in: the loop study's arm (issue 32), not the default job's.
+    "all": [arm for arm in ARMS if arm != "on+stop"]}
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench.compare", description=__doc__)
     p.add_argument("--repair", choices=list(REPAIR_CHOICES), default="all",
                    help="arms: off, on, on+budget (repair on, budget K known to the proxy), "
-                        "both (off and on) or all (the three; default)")
+                        "on+stop (repair on, loop_guard: stop), both (off and on), loop (on and "
+                        "on+stop, paired) or all "
+                        "(off, on and on+budget; default)")
     p.add_argument("--cells", type=Path, help="cells.yaml (default: the embedded model)")
     p.add_argument("--domains", nargs="+", default=["mock"], choices=DOMAINS)
     p.add_argument("--retail-subset", action="store_true",

@@ -67,7 +67,7 @@ def servers(args: argparse.Namespace, upstream: str, translated: bool) -> list[S
         # PYTHONSAFEPATH: without it `-m` puts the working directory, this tree, first.
         port = free_port()
         out.append(Server(COPY, [*guard, "--port", str(port)], port,
-                          {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(args.against)}))
+                          copy_environment(args.against)))
     if args.otel == "on":  # the environment form of `--otel on`, as margins below
         port = free_port()
         out.append(Server("rg-1w+otel", [*guard, "--port", str(port)], port,
@@ -86,9 +86,17 @@ def servers(args: argparse.Namespace, upstream: str, translated: bool) -> list[S
         if args.against:  # the margins arm's own before/after, in the same run
             port = free_port()
             out.append(Server(f"{COPY}+margins", [*guard, "--port", str(port)], port,
-                              {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(args.against),
+                              {**copy_environment(args.against),
                                "REFLEXGUARD_MARGINS": "on"}))
     return out
+
+
+def copy_environment(against: Path) -> dict[str, str]:
+    """The environment of the copy imported from --against: that tree first, then any path
+    this run was given (where the dependencies' wheels may lie, as on a machine with no
+    registry); PYTHONSAFEPATH, or `-m` would put the working directory, this tree, first."""
+    return {"PYTHONSAFEPATH": "1", "PYTHONPATH": os.pathsep.join(
+        [str(against), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
 def otel_environment(sink: int) -> dict[str, str]:

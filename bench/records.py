@@ -12,9 +12,9 @@ from pydantic import BaseModel, Field
 
 from bench.fault_tally import InjectedTally
 
-Arm = Literal["off", "on", "on+budget"]
+Arm = Literal["off", "on", "on+budget", "on+stop"]
 # `on+budget`: repair on, and the agent tells reflexguard its error budget K.
-ARMS: tuple[Arm, ...] = ("off", "on", "on+budget")
+ARMS: tuple[Arm, ...] = ("off", "on", "on+budget", "on+stop")
 SUCCESS_TOLERANCE = 1e-6  # tau2.metrics.agent_metrics.is_successful
 
 # Where a failed environment call went wrong, as tau2's environment saw it.

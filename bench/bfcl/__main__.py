@@ -40,7 +40,8 @@ def parser() -> OneLineParser:
                         "cells.yaml (bench.compare's format)")
     p.add_argument("--arms", nargs="+", choices=list(BFCL_ARMS), default=list(DEFAULT_ARMS),
                    help="off (observe), on (the ladder), on+loop (the ladder and "
-                        "loop_guard: repair); default off on")
+                        "loop_guard: repair), on+stop (the ladder and loop_guard: stop); "
+                        "default off on")
     p.add_argument("--out", type=Path, default=None, help="default: runs/bfcl-<timestamp>")
     p.add_argument("--resume", action="store_true",
                    help="continue OUT: BFCL skips saved cases, stored records stay")

@@ -134,12 +134,12 @@ def answer_book(options: RunOptions, existing: list[CaseRecord],
 def proxy_settings(config: CellsConfig, precision: Precision, arm: BfclArm, base_url: str,
                    api_key: str | None, events: Path) -> Settings:
     """Observe mode for `off` (text calls are still lifted, as a server's tool parser
-    would), the ladder for `on`, the ladder and the loop guard (repair) for `on+loop`;
-    everything else as the tau2 bench configures a cell."""
+    would), the ladder for `on`, the ladder and the loop guard for `on+loop` (repair) and
+    `on+stop` (stop); everything else as the tau2 bench configures a cell."""
     return Settings(
         upstream=base_url, upstream_api_key=SecretStr(api_key) if api_key else None,
         repair=arm != "off", max_repairs=config.max_repairs,
-        loop_guard="repair" if arm == "on+loop" else "off",
+        loop_guard={"on+loop": "repair", "on+stop": "stop"}.get(arm, "off"),
         tool_call_format=precision.tool_call_format,
         constrained_retry=precision.constrained_retry,
         grounding=DOMAIN in config.grounding_domains, inject_faults=precision.inject_faults,

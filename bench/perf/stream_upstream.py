@@ -16,8 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -104,9 +107,15 @@ def rendered() -> dict[tuple[str, str], list[bytes]]:
     return out
 
 
-def serve(port: int, gap_ms: float) -> None:
+def serve(port: int, gap_ms: float, stamps_dir: Path | None = None,
+          reuse_port: bool = False) -> None:
+    """One upstream process. With `stamps_dir` (several processes on one port, the capacity
+    benchmark) each stream's last instant is appended to this process's own file there
+    instead of being kept for `GET /stamps`."""
     streams = rendered()
     stamps: dict[str, int] = {}
+    stamp_file = (stamps_dir / f"{os.getpid()}.txt").open("a", buffering=1) \
+        if stamps_dir else None
 
     async def handle(request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -127,7 +136,10 @@ def serve(port: int, gap_ms: float) -> None:
                 await asyncio.sleep(0)
         await response.write_eof()
         if tag:
-            stamps[tag.group(1).decode()] = time.monotonic_ns()
+            if stamp_file is not None:  # a line each: the reader never sees half of one
+                stamp_file.write(f"{tag.group(1).decode()} {time.monotonic_ns()}\n")
+            else:
+                stamps[tag.group(1).decode()] = time.monotonic_ns()
         return response
 
     async def handout(_: web.Request) -> web.Response:
@@ -138,7 +150,8 @@ def serve(port: int, gap_ms: float) -> None:
     app = web.Application()
     app.router.add_get("/stamps", handout)
     app.router.add_post("/{tail:.*}", handle)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, backlog=1024)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, backlog=4096,
+                reuse_port=reuse_port)
 
 
 if __name__ == "__main__":
@@ -146,5 +159,13 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--gap-ms", type=float, default=0.0,
                         help="a pause between events (0: none, a yield every 8 events)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="SO_REUSEPORT processes on the port (then --stamps-dir)")
+    parser.add_argument("--stamps-dir", type=Path, default=None,
+                        help="each process appends `TAG NS` lines to its own file here")
     args = parser.parse_args()
-    serve(args.port, args.gap_ms)
+    # Forked before any event loop exists; stopping the group stops them all.
+    for _ in range(args.processes - 1):
+        multiprocessing.get_context("fork").Process(
+            target=serve, args=(args.port, args.gap_ms, args.stamps_dir, True)).start()
+    serve(args.port, args.gap_ms, args.stamps_dir, args.processes > 1)

@@ -12,7 +12,8 @@ import matplotlib.pyplot as plt
 
 from bench.report.plots import name_scatter
 
-ARM_COLOURS = {"off": "#9aa5b1", "on": "#1f77b4", "on+loop": "#2ca02c"}
+ARM_COLOURS = {"off": "#9aa5b1", "on": "#1f77b4", "on+loop": "#2ca02c",
+               "on+stop": "#d62728"}
 
 
 def _short(cell: str) -> str:

@@ -215,7 +215,8 @@ def render(summary: dict[str, Any], plots: list[str]) -> str:
     lines += ["## Multi-turn trajectories", "",
               "Over the multi-turn cases: cases BFCL force-terminated at its step limit, "
               "requests and input tokens per case as billed, and the loop guard's repeated "
-              "calls by what it did (`on+loop`: the ladder and `loop_guard: repair`).", ""
+              "calls by what it did (`on+loop`: the ladder and `loop_guard: repair`; "
+              "`on+stop`: the ladder and `loop_guard: stop`).", ""
               ] + trajectory_table(summary.get("trajectories", {}))
     agreement = "; ".join(f"{_short(c)} {_ci(r)}" for c, r in summary["agreement"].items())
     lines += ["## Determinism floor", "",

@@ -20,7 +20,7 @@ INJECTED_NOTE = (
     "faults\"). The model behind them is real, and so is every re-ask it answers. "
     "**natural** = the errors the model made by itself. The off and on arms of one task and "
     "trial saw the same injected faults on their first answers.")
-ARMS = ("off", "on", "on+budget")
+ARMS = ("off", "on", "on+budget", "on+stop")
 
 
 def _pct(value: Any) -> str:

@@ -14,7 +14,8 @@ from bench.records import ENV_CHANNELS
 from bench.report.faults import masking_plot
 
 # (arm, line style, marker, x shift): equal curves stay visible side by side.
-ARM_STYLES = (("off", "--", "o", -0.12), ("on", "-", "s", 0.0), ("on+budget", ":", "^", 0.12))
+ARM_STYLES = (("off", "--", "o", -0.12), ("on", "-", "s", 0.0), ("on+budget", ":", "^", 0.12),
+              ("on+stop", "-.", "D", 0.24))
 
 
 def success_curves(summary: dict[str, Any], path: Path, tag: str) -> None:

@@ -199,7 +199,7 @@ def _verdicts(summary: dict[str, Any]) -> list[str]:
                 text += (f" {label}: success at K={low} changed by "
                          f"{percent(effect['difference'])} [{percent(effect['low'])}, "
                          f"{percent(effect['high'])}] over {effect['pairs']} paired episodes.")
-        for arm in ("on", "on+budget"):
+        for arm in ("on", "on+budget", "on+stop"):
             repairs = summary["repairs"][cell].get(arm)
             if repairs and repairs["attempted"]:
                 text += (f" reflexguard ({arm}) repaired {repairs['succeeded']} of "

@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from bench.fault_tally import InjectedTally
 
 # off: observe; on: the repair ladder; on+loop: the ladder and the loop guard (issue 32).
-BfclArm = Literal["off", "on", "on+loop"]
-BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on", "on+loop")
+BfclArm = Literal["off", "on", "on+loop", "on+stop"]
+BFCL_ARMS: tuple[BfclArm, ...] = ("off", "on", "on+loop", "on+stop")
 DEFAULT_ARMS: tuple[BfclArm, ...] = ("off", "on")  # on+loop by --arms (the multi-turn study)
 
 
@@ -41,7 +41,7 @@ class CaseRecord(BaseModel):
     unknown_tool_names: dict[str, int] = Field(default_factory=dict)
     outcomes: dict[str, int] = Field(default_factory=dict)
     extra_upstream_calls: int = 0  # re-asks, constrained retries and loop re-asks
-    # The loop guard's repeated calls by what it did (observed, replaced, kept).
+    # The loop guard's repeated calls by what it did (observed, replaced, kept, stopped).
     repeated_calls: dict[str, int] = Field(default_factory=dict)
     simulated: bool = False  # produced behind a scripted fake upstream, not a model
     # The arm ran with the cell's first answers shared (bench/bfcl/shared_answers.py): its

@@ -13,7 +13,8 @@ from reflexguard.core.channels import ERROR_CHANNELS
 
 REPORT_BUDGETS = (1, 2, 3, 5, 10)
 # Paired comparisons (treated, baseline): what repair adds, what the budget adds to repair.
-ARM_COMPARISONS = (("on", "off"), ("on+budget", "off"), ("on+budget", "on"))
+ARM_COMPARISONS = (("on", "off"), ("on+budget", "off"), ("on+budget", "on"), ("on+stop", "off"),
+                   ("on+stop", "on"))
 
 
 def _finite(value: float | None) -> float | str | None:

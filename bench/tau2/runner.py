@@ -158,6 +158,7 @@ def proxy_settings(config: CellsConfig, precision: Precision, cell: Cell, arm: A
         upstream_api_key=SecretStr(api_key) if api_key else None,
         repair=arm != "off",
         max_repairs=config.max_repairs,
+        loop_guard="stop" if arm == "on+stop" else "off",
         tool_call_format=precision.tool_call_format,
         constrained_retry=precision.constrained_retry,
         grounding=cell.domain in config.grounding_domains,

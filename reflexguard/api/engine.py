@@ -209,7 +209,8 @@ class GuardedRequest:
                         send, self.on_attempt, self.policy.on_exhausted,
                         self.policy.reask_tokens, self.policy.lift_text_calls, self.builders)
             except TimeoutError:
-                result = out_of_time(result, self.loop_index(), self.policy.on_exhausted)
+                result = out_of_time(result, self.loop_index(), self.policy.on_exhausted,
+                                     self.guard.loops)
         self._outcome(result)
         return result
 

@@ -161,6 +161,17 @@ def repeated_call_note(name: str, times: int, result: str) -> str:
     )
 
 
+def loop_stopped_text(name: str, times: int, result: str) -> str:
+    """What the agent gets instead of a repeated call under `loop_guard: stop`: a text
+    answer that ends the loop, saying it is reflexguard's (not the model's) and what the
+    call returned, quoted, clipped and defanged as in the re-ask's note."""
+    return (
+        f"[reflexguard stopped a repeated tool call] {quote(name)} was already called with "
+        f"exactly these arguments {times} times since the user's last message, and every "
+        f"time it returned the same result: {quote(result, RESULT_QUOTE_LIMIT)}."
+    )
+
+
 def describe_reply_error(verdicts: list[CallVerdict], offered: list[str]) -> str:
     """The instruction after a reply that failed without any call to answer."""
     channel = verdicts[0].channel if verdicts else Channel.EMPTY_REPLY

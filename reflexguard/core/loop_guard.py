@@ -21,6 +21,13 @@ repeat is not a failed call: nothing here touches the error budget (the agent's 
 are read from tool results, and the re-ask's note never reaches the agent).
 A named `tool_choice` forces the call the client wants, so its repeat is counted and kept
 without a re-ask.
+
+- `stop`: as `repair`, but where repair would keep the repeated reply (the re-ask repeated
+  again, was invalid, failed or ran out of time, or the run is past its one re-ask) the
+  agent gets a text answer instead: reflexguard's, labelled as such, saying what was
+  repeated and what it returned (core/feedback.py `loop_stopped_text`). A text answer ends
+  the agent's step, so a loop costs at most one re-ask instead of running to the agent's
+  step limit. Counted (`repeated_call_stopped`). Still not an error: the budget is untouched.
 """
 
 from __future__ import annotations
@@ -32,17 +39,19 @@ from typing import Literal
 from reflexguard.core.attempts import Attempt, LadderResult, UpstreamFailure, read_attempt
 from reflexguard.core.channels import Channel
 from reflexguard.core.choice import OnExhausted, returned_attempt
-from reflexguard.core.feedback import repeated_call_note
+from reflexguard.core.feedback import loop_stopped_text, repeated_call_note
 from reflexguard.core.ladder import CHAT_BUILDERS, OnAttempt, RequestBuilders, Send
 from reflexguard.core.loops import DEFAULT_REPEATS, LoopIndex, LoopReport, Repeat, repeats_in
-from reflexguard.core.model import CallVerdict, JsonObject, Verdict
+from reflexguard.core.model import CallVerdict, JsonObject, Reply, Verdict
 from reflexguard.core.repair import ReaskTokens, bounded, client_token_limit, completion_tokens
 from reflexguard.core.validate import CallRules
 
-LoopMode = Literal["off", "observe", "repair"]
-LOOP_MODES: tuple[LoopMode, ...] = ("off", "observe", "repair")
+LoopMode = Literal["off", "observe", "repair", "stop"]
+LOOP_MODES: tuple[LoopMode, ...] = ("off", "observe", "repair", "stop")
 # The fallback counted whenever a repeated reply reaches the agent after a re-ask was due.
 KEPT = "repeated_call_kept"
+# The fallback counted whenever `stop` gives the agent a text answer for a repeated reply.
+STOPPED = "repeated_call_stopped"
 
 
 @dataclass(frozen=True)
@@ -82,11 +91,31 @@ def loop_verdict(attempt: Attempt, repeats: tuple[tuple[int, Repeat], ...]) -> V
     return Verdict(calls=tuple(calls))
 
 
+def stopped_attempt(returned: Attempt, repeats: tuple[tuple[int, Repeat], ...]) -> Attempt:
+    """The repeated reply replaced by reflexguard's text answer (`loop_stopped_text` of each
+    repeated call). Numbered as the reply it replaces, a fix with `lifted` set: the text is
+    ours, so a stream writes all of it (the repeated calls were held, never forwarded)."""
+    text = "\n".join(loop_stopped_text(returned.reply.tool_calls[position].name,
+                                        repeat.times, repeat.result)
+                      for position, repeat in repeats)
+    reply = Reply(content=text, finish_reason="stop")
+    return Attempt(returned.number, "fix", returned.completion, (reply,), (Verdict(),), 0.0,
+                   (STOPPED,), lifted=True)
+
+
 def _kept(result: LadderResult, report: LoopReport, unused: Attempt | None = None,
-          failed: int = 0) -> LadderResult:
-    return replace(result, fallbacks=[*result.fallbacks, KEPT],
-                   unused=[*result.unused, *([unused] if unused else [])],
-                   failed_calls=result.failed_calls + failed, loop=report)
+          failed: int = 0, stop: Attempt | None = None) -> LadderResult:
+    """The model's repeated reply for the agent, or, given the reply to `stop` (the
+    `stop` mode), reflexguard's text answer in its place."""
+    unused_attempts = [*result.unused, *([unused] if unused else [])]
+    failed_calls = result.failed_calls + failed
+    if stop is not None:
+        return replace(result, attempts=[*result.attempts, stopped_attempt(stop,
+                                                                           report.repeats)],
+                       fallbacks=[*result.fallbacks, STOPPED], unused=unused_attempts,
+                       failed_calls=failed_calls, loop=replace(report, action="stopped"))
+    return replace(result, fallbacks=[*result.fallbacks, KEPT], unused=unused_attempts,
+                   failed_calls=failed_calls, loop=report)
 
 
 def settled_without_reask(result: LadderResult, rules: CallRules, policy: LoopPolicy,
@@ -110,17 +139,19 @@ def settled_without_reask(result: LadderResult, rules: CallRules, policy: LoopPo
         # One re-ask per run of repeats: at the repeat that first reaches loop_repeats. A
         # model that repeats again after it would most likely repeat again after another,
         # and a re-ask at every later step would double the cost of every looping step.
-        return _kept(result, LoopReport(repeats, "kept", "past_threshold"))
+        return _kept(result, LoopReport(repeats, "kept", "past_threshold"),
+                     stop=returned if policy.mode == "stop" else None)
     return None
 
 
-def out_of_time(result: LadderResult, index: LoopIndex,
-                on_exhausted: OnExhausted) -> LadderResult:
-    """The result when the request's deadline fell during the loop re-ask: the reply kept,
-    the re-ask counted as a call that produced nothing."""
+def out_of_time(result: LadderResult, index: LoopIndex, on_exhausted: OnExhausted,
+                policy: LoopPolicy | None = None) -> LadderResult:
+    """The result when the request's deadline fell during the loop re-ask: the reply kept
+    (with `stop`, stopped), the re-ask counted as a call that produced nothing."""
     returned = looked_at(result, on_exhausted)
     repeats = repeats_in(returned.reply, index) if returned is not None else ()
-    return _kept(result, LoopReport(repeats, "kept", "deadline"), failed=1)
+    stop = returned if policy is not None and policy.mode == "stop" and repeats else None
+    return _kept(result, LoopReport(repeats, "kept", "deadline"), failed=1, stop=stop)
 
 
 async def guard_loops(body: JsonObject, result: LadderResult, rules: CallRules,
@@ -146,17 +177,21 @@ async def guard_loops(body: JsonObject, result: LadderResult, rules: CallRules,
                                                   client_token_limit(body)))
     number = sum(1 for a in (*result.attempts, *result.unused) if a.kind != "fix") \
         + result.failed_calls + 1
+    stop = returned if policy.mode == "stop" else None
     started = time.perf_counter()
     try:
         completion = await send(request)
     except UpstreamFailure:
-        return _kept(result, LoopReport(repeats, "kept", "upstream_error", number), failed=1)
+        return _kept(result, LoopReport(repeats, "kept", "upstream_error", number), failed=1,
+                     stop=stop)
     attempt = read_attempt(number, "loop", completion, rules, lift_text_calls,
                            time.perf_counter() - started)
     on_attempt(attempt)
     if not attempt.valid or len(attempt.replies) != 1:
-        return _kept(result, LoopReport(repeats, "kept", "invalid", number), attempt)
+        return _kept(result, LoopReport(repeats, "kept", "invalid", number), attempt,
+                     stop=stop)
     if repeats_in(attempt.reply, index):
-        return _kept(result, LoopReport(repeats, "kept", "repeated_again", number), attempt)
+        return _kept(result, LoopReport(repeats, "kept", "repeated_again", number), attempt,
+                     stop=stop)
     return replace(result, attempts=[*result.attempts, attempt],
                    loop=LoopReport(repeats, "replaced", attempt=number))

@@ -88,9 +88,10 @@ class LoopIndex:
 NO_LOOPS = LoopIndex({})
 
 # What the loop guard did about a reply that repeats (core/loop_guard.py): counted it
-# (observe), re-asked and gave the agent the re-ask's answer, or re-asked and kept the
-# model's own answer (the re-ask repeated again, failed, or was not allowed).
-LoopAction = Literal["observed", "replaced", "kept"]
+# (observe), re-asked and gave the agent the re-ask's answer, re-asked and kept the
+# model's own answer (the re-ask repeated again, failed, or was not allowed), or, with
+# `loop_guard: stop`, gave the agent a text answer that ends the loop instead.
+LoopAction = Literal["observed", "replaced", "kept", "stopped"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,11 @@ class LoopReport:
     action: LoopAction
     reason: str | None = None  # why the model's answer was kept
     attempt: int | None = None  # the number of the loop re-ask, when one was made
+
+    @property
+    def changed(self) -> bool:
+        """Whether the agent gets something other than the model's repeated reply."""
+        return self.action in ("replaced", "stopped")
 
 
 def canonical(arguments: object) -> str:

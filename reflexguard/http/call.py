@@ -170,7 +170,7 @@ class GuardedCall:
                                          self.policy.on_exhausted, self.policy.reask_tokens,
                                          self.policy.lift_text_calls, self.builders)
         except TimeoutError:
-            return out_of_time(result, index, self.policy.on_exhausted)
+            return out_of_time(result, index, self.policy.on_exhausted, self.loops)
 
     def budget_headers(self) -> dict[str, str]:
         if self.budget_remaining is None:

@@ -97,7 +97,7 @@ class ReflexGuardrail(CustomGuardrail):
     def _log(self, data: dict[str, Any], result: LadderResult, began: float) -> None:
         """One guardrail record in LiteLLM's own logging (Langfuse, DataDog, spend logs)."""
         loop = result.loop
-        replaced = loop is not None and loop.action == "replaced"
+        replaced = loop is not None and loop.changed
         status: GuardrailStatus = "success" if result.outcome == "clean" and not replaced \
             else ("guardrail_intervened" if result.final.valid else "guardrail_flagged")
         response: dict[str, Any] = {"outcome": result.outcome,

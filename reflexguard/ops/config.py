@@ -98,7 +98,8 @@ class Settings(BaseSettings):
     # conversation made `loop_repeats` times with one result. Off until measured.
     loop_guard: LoopMode = Field(
         "off", description="a call repeating one already made loop_repeats times with the "
-        "same result: off, observe (count it) or repair (re-ask once)")
+        "same result: off, observe (count it), repair (re-ask once) or stop (re-ask once, "
+        "then end the loop with a text answer)")
     loop_repeats: int = Field(
         DEFAULT_REPEATS, ge=1, le=100, description="earlier identical calls with one result "
         "that make a call a repeat (default 2)")

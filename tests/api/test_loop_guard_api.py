@@ -97,3 +97,19 @@ def test_messages_a_repeat_is_re_asked_natively(upstream: tuple[FakeUpstream, st
     message = client.messages.create(**looping("messages"))
     assert [b.name for b in message.content if b.type == "tool_use"] == ["cancel_order"]
     assert fake.paths[-1].endswith("/messages") and fake.calls == 2
+
+
+def test_stop_ends_the_loop_with_a_labelled_text_sync_and_streamed(
+        upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    _script(fake, *(tool_call_completion(*REPEATED) for _ in range(4)))
+    client = reflexguard.guard(openai.OpenAI(base_url=url, api_key="k"), loop_guard="stop")
+    reply = client.chat.completions.create(model="m", **_chat())
+    message = reply.choices[0].message
+    assert not message.tool_calls and reply.choices[0].finish_reason == "stop"
+    assert (message.content or "").startswith("[reflexguard stopped a repeated tool call]")
+    chunks = list(client.chat.completions.create(model="m", stream=True, **_chat()))
+    text = "".join(ch.delta.content or "" for c in chunks for ch in c.choices)
+    assert text.startswith("[reflexguard stopped") and fake.calls == 4
+    assert counted(client.guard.telemetry.metrics_text(), "repeated_calls",
+                   'action="stopped"') == 2.0

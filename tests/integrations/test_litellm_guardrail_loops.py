@@ -71,3 +71,16 @@ async def test_with_the_loop_guard_off_a_repeat_is_left_alone(
     assert await hook.async_post_call_success_hook(
         {**looping("chat"), "metadata": {}}, None, response) is None
     assert sent == []
+
+
+async def test_stop_replaces_a_repeat_again_with_a_labelled_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    hook, _ = guardrail(monkeypatch, tool_call_completion(*REPEATED), loop_guard="stop")
+    data: dict[str, Any] = {**looping("chat"), "metadata": {}}
+    response = litellm.ModelResponse(**tool_call_completion(*REPEATED))
+    stopped = await hook.async_post_call_success_hook(data, None, response)
+    assert stopped is not None and not stopped.choices[0].message.tool_calls
+    assert stopped.choices[0].message.content.startswith("[reflexguard stopped")
+    entry = logged(data)
+    assert entry["guardrail_status"] == "guardrail_intervened"
+    assert entry["guardrail_response"]["repeated_calls"]["action"] == "stopped"
