@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from reflexguard.core.channels import Channel
 from reflexguard.ops.events import REPAIRED, Event
 
-# What the agent got when the first answer is what it got (ladder.chosen_attempt).
+# What the agent got when the first answer is what it got (choice.chosen_attempt).
 FIRST_CHOSEN = ("1",)
 
 

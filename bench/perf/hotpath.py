@@ -22,12 +22,13 @@ import orjson
 
 from bench.perf.fast_upstream import ANSWER_BYTES, answer_with_logprobs
 from bench.perf.workload import TOOL_WORKLOADS
-from reflexguard.core.ladder import read_attempt
+from reflexguard.core.attempts import read_attempt
 from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
 from reflexguard.core.margins import completion_margins
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import clean_tool_calls
-from reflexguard.dialects.chat_request import read_request
+from reflexguard.dialects.chat_request import CHAT
+from reflexguard.dialects.reader import read_request
 from reflexguard.http.margins import without_logprobs
 from reflexguard.http.upstream import parse_completion
 from reflexguard.ops.config import Settings
@@ -51,7 +52,7 @@ def pieces(tools: str, margins: bool) -> dict[str, Callable[[], Any]]:
     raw = TOOL_WORKLOADS[tools][1]
     cache, grounding, policy = ToolSetCache(), grounding_policy(settings), guard_policy(settings)
     telemetry = Telemetry()
-    chat = read_request(raw, cache, grounding, settings.max_json_depth)
+    chat = read_request(raw, CHAT, cache, grounding, settings.max_json_depth)
     assert chat.rules is not None
     rules = chat.rules
     answer = answer_with_logprobs(5) if margins else ANSWER_BYTES
@@ -72,7 +73,7 @@ def pieces(tools: str, margins: bool) -> dict[str, Callable[[], Any]]:
         telemetry.added_seconds.observe(0.0001)
 
     work: dict[str, Callable[[], Any]] = {
-        "read_request": lambda: read_request(raw, cache, grounding, settings.max_json_depth),
+        "read_request": lambda: read_request(raw, CHAT, cache, grounding, settings.max_json_depth),
         "parse_completion": lambda: parse_completion(answer, DEFAULT_MAX_JSON_DEPTH),
     }
     if margins:  # margins need the ladder's reading: no clean-answer shortcut

@@ -109,14 +109,15 @@ def _micro_one(workload: str, raw: bytes) -> None:
     from reflexguard.core.completion import reply_of
     from reflexguard.core.toolset import ToolSetCache
     from reflexguard.core.validate import validate_reply
-    from reflexguard.dialects.chat_request import GroundingPolicy, read_request
+    from reflexguard.dialects.chat_request import CHAT, GroundingPolicy
+    from reflexguard.dialects.reader import read_request
 
     cache = ToolSetCache()
-    rules = read_request(raw, cache, GroundingPolicy()).rules
+    rules = read_request(raw, CHAT, cache, GroundingPolicy()).rules
     assert rules is not None
     reply = reply_of(ANSWER["choices"][0])  # type: ignore[index]
     arguments = reply.tool_calls[0].arguments
-    read_us = _per_call_us(lambda: read_request(raw, cache, GroundingPolicy()), 300)
+    read_us = _per_call_us(lambda: read_request(raw, CHAT, cache, GroundingPolicy()), 300)
     parse_us = _per_call_us(lambda: orjson.loads(raw), 300)
     validate_us = _per_call_us(lambda: validate_reply(reply, rules), 2_000)
     args_us = _per_call_us(lambda: orjson.loads(arguments), 2_000)

@@ -18,7 +18,7 @@ from typing import Any
 
 from reflexguard.api.engine import FORWARD, Guard, GuardedRequest, StreamGuard, run_blocking
 from reflexguard.api.streams import AsyncGuardedStream, GuardedStream
-from reflexguard.core.ladder import Attempt, LadderResult, UpstreamFailure
+from reflexguard.core.attempts import Attempt, LadderResult, UpstreamFailure
 from reflexguard.core.model import JsonObject
 from reflexguard.dialects.native import Dialect
 

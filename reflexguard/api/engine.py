@@ -18,19 +18,15 @@ from typing import Any, TypeVar
 import structlog
 
 from reflexguard.api.errors import RepairExhausted, UpstreamStreamCut
+from reflexguard.core.attempts import Attempt, LadderResult, read_attempt
 from reflexguard.core.budget import policy_for_budget
+from reflexguard.core.choice import agent_completion, returned_attempt, settle_choice
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.ladder import (
     CHAT_BUILDERS,
-    Attempt,
     GuardPolicy,
-    LadderResult,
     Send,
-    agent_completion,
-    read_attempt,
-    returned_attempt,
     run_ladder,
-    settle_choice,
     settled_without_repair,
 )
 from reflexguard.core.loop_guard import guard_loops, out_of_time, settled_without_reask
@@ -43,13 +39,8 @@ from reflexguard.dialects.chat_stream import (
     closing_chunk_bodies,
     text_chunk_body,
 )
-from reflexguard.dialects.native import (
-    NATIVE_KEY,
-    Dialect,
-    dialect_request,
-    echoing_builders,
-    native_reply,
-)
+from reflexguard.dialects.native import NATIVE_KEY, Dialect, echoing_builders, native_reply
+from reflexguard.dialects.reader import dialect_request
 from reflexguard.dialects.trajectory import steps_of
 from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings

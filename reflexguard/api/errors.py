@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from reflexguard.core.ladder import LadderResult
+from reflexguard.core.attempts import LadderResult
 
 
 class ReflexguardError(Exception):

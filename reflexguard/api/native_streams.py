@@ -19,7 +19,8 @@ import orjson
 
 from reflexguard.api.drive import AsyncCall, Door, SyncCall, settle_async, settle_sync
 from reflexguard.api.engine import GuardedRequest
-from reflexguard.core.ladder import Attempt, LadderResult, agent_completion, returned_attempt
+from reflexguard.core.attempts import Attempt, LadderResult
+from reflexguard.core.choice import agent_completion, returned_attempt
 from reflexguard.core.model import JsonObject, as_object
 from reflexguard.dialects.chat_stream import StreamAssembler
 from reflexguard.dialects.native import NATIVE_KEY

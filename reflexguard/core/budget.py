@@ -12,15 +12,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from reflexguard.core.attempts import Attempt, LadderResult
+from reflexguard.core.choice import PASSING_ON, returned_attempt
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.ladder import (
-    MAX_REPAIRS_CEILING,
-    PASSING_ON,
-    Attempt,
-    GuardPolicy,
-    LadderResult,
-    returned_attempt,
-)
+from reflexguard.core.ladder import MAX_REPAIRS_CEILING, GuardPolicy
 from reflexguard.core.model import Reply
 from reflexguard.core.validate import CallRules, validate_reply
 

@@ -30,7 +30,7 @@ import re
 
 from reflexguard.core.channels import Channel
 from reflexguard.core.model import Reply, Verdict
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 from reflexguard.core.validate import _Malformed, parse_arguments
 
 # A key in text that is not valid JSON: a quoted string (at most 200 characters, escapes

@@ -24,7 +24,7 @@ from rapidfuzz import fuzz, process
 
 from reflexguard.core.channels import Channel
 from reflexguard.core.model import Reply, ToolCall, Verdict
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 
 JSON_REPAIRED = "json_repaired"
 NAME_SNAPPED = "name_snapped"

@@ -37,7 +37,7 @@ import orjson
 from reflexguard.core.channels import Channel
 from reflexguard.core.fault_spec import FaultSpec
 from reflexguard.core.model import Reply, ToolCall
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 
 # The fields of a request that make up its conversation, in any dialect: the key of the
 # random streams. Sampling knobs, `stream` and ids are left out on purpose, so a stream and

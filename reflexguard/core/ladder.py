@@ -3,6 +3,9 @@
 `run_ladder` never opens a socket itself: it is handed a `send` coroutine that posts a
 body upstream and returns the completion. Tests drive it with a fake upstream behind
 the real HTTP client; the server drives it with the pooled aiohttp client.
+
+The ladder's records (attempts, results) are core/attempts.py's; what the agent gets from
+them, core/choice.py's.
 """
 
 from __future__ import annotations
@@ -10,26 +13,25 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
 import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt
 
-from reflexguard.core.channels import Channel
-from reflexguard.core.completion import (
-    choices_of,
-    lift_text_calls,
-    reply_of,
-    sum_usage,
-    unwrap_abstention,
-    with_reply,
+from reflexguard.core.attempts import (
+    Attempt,
+    AttemptKind,
+    LadderResult,
+    Outcome,
+    UpstreamFailure,
+    only_check_faults,
+    read_attempt,
 )
+from reflexguard.core.channels import Channel
+from reflexguard.core.choice import OnExhausted
 from reflexguard.core.fit import no_tool_fits
 from reflexguard.core.fixes import FixPolicy, apply_fixes
-from reflexguard.core.loops import LoopReport
 from reflexguard.core.model import JsonObject, Reply, Verdict
 from reflexguard.core.repair import (
-    ABSTAIN_KEY,
     ConstrainedMode,
     ReaskTokens,
     bounded,
@@ -38,48 +40,11 @@ from reflexguard.core.repair import (
     constrain,
     reask_body,
 )
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 from reflexguard.core.validate import CallRules, validate_reply
 
-if TYPE_CHECKING:
-    from reflexguard.core.inject import InjectedFault
-
-# "loop": the loop guard's one re-ask about a repeated call (core/loop_guard.py).
-AttemptKind = Literal["initial", "fix", "reask", "constrained", "loop"]
-Outcome = Literal[
-    "clean", "observed", "fixed_by_fix", "fixed_by_reask", "fixed_by_constrained", "exhausted",
-    "not_repaired", "repeated_failure",
-]
-# The ladder ran and no attempt was valid: the agent gets what `on_exhausted` says.
-GAVE_UP: frozenset[Outcome] = frozenset({"exhausted", "repeated_failure"})
-OnExhausted = Literal["best", "passthrough", "original", "error", "withhold"]
-# The choices that pass an invalid reply on: a low error budget turns them into withhold.
-PASSING_ON: frozenset[OnExhausted] = frozenset({"best", "passthrough", "original"})
-# How much a channel costs the agent that gets it, least first (docs/repair.md, "The
-# least-bad answer"): a call of an offered tool with JSON arguments can still be run or
-# refused precisely by the tool; a call written as text, arguments that are not JSON,
-# a tool that does not exist and an empty reply give the agent less and less to use.
-SEVERITY: dict[Channel, int] = {
-    Channel.OK: 0,
-    Channel.CHECK_FAULT: 0,  # unchecked, not known to be wrong: counted, ranked as OK
-    Channel.CHOICE_VIOLATION: 1,
-    Channel.SCHEMA_VIOLATION: 2,
-    Channel.UNGROUNDED_ENTITY: 3,
-    Channel.VANISHED_CALL: 4,
-    Channel.MALFORMED_ARGS: 5,
-    Channel.UNKNOWN_TOOL: 6,
-    Channel.EMPTY_REPLY: 7,
-}
 MAX_REPAIRS_CEILING = 10
 FIX_PASSES = 2
-# What the agent reads when an invalid call is withheld and its reply had no text of its
-# own: a question to the user, which costs an agent's error budget nothing.
-WITHHELD_TEXT = ("I could not complete that step. Could you confirm the details so I can "
-                 "try again?")
-
-
-class UpstreamFailure(Exception):
-    """Raised by a `send` coroutine when the upstream did not produce a completion."""
 
 
 @dataclass(frozen=True)
@@ -96,67 +61,6 @@ class GuardPolicy:
     constrained_from: int | None = None
     # The edge must check `ungrounded_entity` for this request even when grounding is off.
     ground_entities: bool = False
-
-
-@dataclass(frozen=True)
-class Attempt:
-    number: int
-    kind: AttemptKind
-    completion: JsonObject
-    replies: tuple[Reply, ...]
-    verdicts: tuple[Verdict, ...]
-    upstream_seconds: float
-    fixes: tuple[str, ...] = ()
-    lifted: bool = False
-    # Faults put on this answer by `inject_faults` (testing only, core/inject.py).
-    injected: tuple[InjectedFault, ...] = ()
-
-    @property
-    def valid(self) -> bool:
-        return all(v.valid for v in self.verdicts)
-
-    @property
-    def reply(self) -> Reply:
-        return self.replies[0] if self.replies else Reply()
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.verdicts[0] if self.verdicts else Verdict()
-
-    @property
-    def changed(self) -> bool:
-        """Whether the agent must get a rewritten body rather than the upstream's bytes."""
-        return self.kind != "initial" or bool(self.fixes) or self.lifted or bool(self.injected)
-
-
-@dataclass
-class LadderResult:
-    attempts: list[Attempt]
-    outcome: Outcome
-    fallbacks: list[str] = field(default_factory=list)
-    failed_calls: int = 0  # upstream calls that produced no completion
-    # Upstream attempts made and never candidates for the agent's answer (a loop re-ask
-    # whose answer was not used): counted in the calls made and the usage the agent pays.
-    unused: list[Attempt] = field(default_factory=list)
-    loop: LoopReport | None = None  # what the loop guard saw and did (core/loop_guard.py)
-
-    @property
-    def final(self) -> Attempt:
-        return self.attempts[-1]
-
-    @property
-    def gave_up(self) -> bool:
-        return self.outcome in GAVE_UP
-
-    @property
-    def upstream_calls(self) -> int:
-        return (sum(1 for a in self.attempts if a.kind != "fix") + len(self.unused)
-                + self.failed_calls)
-
-    @property
-    def violations(self) -> int:
-        return sum(len(v.violations) for a in (*self.attempts, *self.unused)
-                   for v in a.verdicts)
 
 
 Send = Callable[[JsonObject], Awaitable[JsonObject]]
@@ -184,35 +88,12 @@ class RequestBuilders:
 CHAT_BUILDERS = RequestBuilders()
 
 
-def only_check_faults(attempt: Attempt) -> bool:
-    """Every violation of the attempt is a fault of our validator's (Channel.CHECK_FAULT)."""
-    violations = [v for verdict in attempt.verdicts for v in verdict.violations]
-    return bool(violations) and all(v.channel is Channel.CHECK_FAULT for v in violations)
-
 
 def _only_ungrounded(verdict: Verdict) -> bool:
     """An invented identifier is fixed by asking the user, which a forced call forbids."""
     violations = verdict.violations
     return bool(violations) and all(v.channel is Channel.UNGROUNDED_ENTITY for v in violations)
 
-
-def _read_reply(reply: Reply, lift: bool, json_mode: bool) -> Reply:
-    if json_mode:  # a JSON-constrained attempt may answer without a call (repair.constrain)
-        answer = unwrap_abstention(reply, ABSTAIN_KEY)
-        if answer is not reply:
-            return answer  # an abstention's text is an answer, never lifted into a call
-    return lift_text_calls(reply) if lift else reply
-
-
-def read_attempt(
-    number: int, kind: AttemptKind, completion: JsonObject, rules: CallRules,
-    lift: bool, seconds: float, json_mode: bool = False,
-) -> Attempt:
-    read = [reply_of(choice) for choice in choices_of(completion)] or [Reply()]
-    replies = [_read_reply(r, lift, json_mode) for r in read]
-    verdicts = tuple(validate_reply(r, rules) for r in replies)
-    lifted = any(a is not b for a, b in zip(read, replies, strict=True))
-    return Attempt(number, kind, completion, tuple(replies), verdicts, seconds, lifted=lifted)
 
 
 def call_signature(reply: Reply) -> tuple[tuple[str, str], ...] | None:
@@ -405,107 +286,3 @@ async def run_ladder(
         return LadderResult(attempts, "repeated_failure", [*fallbacks, "repeated_failure"],
                             failed_calls)
     return LadderResult(attempts, "exhausted", [*fallbacks, "exhausted"], failed_calls)
-
-
-def withholds(result: LadderResult, on_exhausted: OnExhausted) -> bool:
-    """Whether `on_exhausted: withhold` keeps this result's invalid calls from the agent:
-    the ladder repaired (or declined to repair) one reply and it is still invalid."""
-    final = result.final
-    return (on_exhausted == "withhold" and result.outcome != "observed"
-            and not final.valid and len(final.replies) == 1 and not only_check_faults(final))
-
-
-def withheld_attempt(result: LadderResult) -> Attempt:
-    """The reply without its calls: the model's first text to the agent, or WITHHELD_TEXT.
-
-    Numbered 1 as the first answer is: a stream has already forwarded that answer's text,
-    so only its held rest is written; `lifted` when the text is ours (or a lifted reply's,
-    all of it held), which the agent has not seen yet.
-    """
-    first = result.attempts[0]
-    own = first.reply.content if first.reply.content and first.reply.content.strip() else None
-    reply = Reply(content=own or WITHHELD_TEXT, finish_reason="stop")
-    return Attempt(1, "fix", first.completion, (reply,), (Verdict(),), 0.0,
-                   ("invalid_call_withheld",), lifted=own is None or first.lifted)
-
-
-def badness(attempt: Attempt) -> tuple[int, tuple[int, ...]]:
-    """The order of `best`, least bad first: fewer invalid calls, then the severity of its
-    channels (SEVERITY), worst first. Equal badness is broken by `least_bad`: the earliest."""
-    violations = [v for verdict in attempt.verdicts for v in verdict.violations]
-    return len(violations), tuple(sorted((SEVERITY[v.channel] for v in violations),
-                                         reverse=True))
-
-
-def least_bad(result: LadderResult) -> Attempt:
-    """The attempt `on_exhausted: best` returns: the first answer unless a later attempt
-    is strictly less bad (min keeps the first of equals, and attempts are in order)."""
-    return min(result.attempts, key=badness)
-
-
-def returned_attempt(result: LadderResult, on_exhausted: OnExhausted) -> Attempt:
-    """The attempt whose reply the agent gets: the final one, or after a ladder that gave
-    up, with `best` the least bad attempt (never worse than the first answer), with
-    `original` the model's first answer (exactly what the agent would have had without
-    reflexguard), with `passthrough` the last; with `withhold`, that reply without calls."""
-    if withholds(result, on_exhausted):
-        return withheld_attempt(result)
-    if result.gave_up and on_exhausted == "original":
-        return result.attempts[0]
-    if result.gave_up and on_exhausted == "best":
-        return least_bad(result)
-    return result.final
-
-
-def chosen_attempt(result: LadderResult, returned: Attempt) -> str:
-    """Which attempt the agent got, as the header and the outcome record say it: its
-    number (1: the first answer), with `+fix` when the deterministic fixes rewrote it
-    and `+withheld` when its calls were held back."""
-    if "invalid_call_withheld" in returned.fixes:
-        return f"{returned.number}+withheld"
-    return f"{returned.number}+fix" if returned.kind == "fix" else str(returned.number)
-
-
-def chosen_label(result: LadderResult, on_exhausted: OnExhausted) -> str:
-    """`chosen_attempt` of what the agent gets under `on_exhausted`, or "none" when it
-    gets the exhausted error instead (`on_exhausted: error`)."""
-    if result.gave_up and on_exhausted == "error":
-        return "none"
-    return chosen_attempt(result, returned_attempt(result, on_exhausted))
-
-
-def settle_choice(result: LadderResult, on_exhausted: OnExhausted) -> str:
-    """Which attempt the agent gets, for the outcome record; the fallbacks it takes
-    (withheld; under `best`, an earlier attempt than the last) added to the result's."""
-    if withholds(result, on_exhausted):
-        result.fallbacks.append("invalid_call_withheld")
-    returned = returned_attempt(result, on_exhausted)
-    if result.gave_up and on_exhausted == "best" and returned is not result.final:
-        result.fallbacks.append("least_bad_attempt_returned")
-    return chosen_label(result, on_exhausted)
-
-
-def agent_completion(result: LadderResult, final: Attempt | None = None) -> JsonObject:
-    """What the agent receives: the returned reply, with usage summed over every attempt.
-
-    When a re-ask produced the calls, the model's prose is dropped: it answers our repair
-    prompt, not the agent, and would leak the repair into the agent's history.
-    """
-    final = final or result.final
-    reply = final.reply
-    if final.valid and final.number > 1 and reply.tool_calls:
-        reply = Reply(content=None, tool_calls=reply.tool_calls, finish_reason="tool_calls")
-    elif reply.tool_calls and reply.finish_reason in (None, "stop"):
-        reply = Reply(content=reply.content, tool_calls=reply.tool_calls,
-                      finish_reason="tool_calls")
-    completion = with_reply(final.completion, reply)
-    seen: set[int] = set()
-    usages = []
-    for attempt in (*result.attempts, *result.unused):
-        if id(attempt.completion) not in seen:
-            seen.add(id(attempt.completion))
-            usages.append(attempt.completion.get("usage"))
-    total = sum_usage(usages)
-    if total is not None:
-        completion["usage"] = {**(final.completion.get("usage") or {}), **total}
-    return completion

@@ -36,20 +36,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from reflexguard.core.attempts import Attempt, LadderResult, UpstreamFailure, read_attempt
 from reflexguard.core.channels import Channel
+from reflexguard.core.choice import OnExhausted, returned_attempt
 from reflexguard.core.feedback import loop_stopped_text, repeated_call_note
-from reflexguard.core.ladder import (
-    CHAT_BUILDERS,
-    Attempt,
-    LadderResult,
-    OnAttempt,
-    OnExhausted,
-    RequestBuilders,
-    Send,
-    UpstreamFailure,
-    read_attempt,
-    returned_attempt,
-)
+from reflexguard.core.ladder import CHAT_BUILDERS, OnAttempt, RequestBuilders, Send
 from reflexguard.core.loops import DEFAULT_REPEATS, LoopIndex, LoopReport, Repeat, repeats_in
 from reflexguard.core.model import CallVerdict, JsonObject, Reply, Verdict
 from reflexguard.core.repair import ReaskTokens, bounded, client_token_limit, completion_tokens

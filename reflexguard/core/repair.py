@@ -25,7 +25,7 @@ from reflexguard.core.feedback import (
 )
 from reflexguard.core.fit import no_tool_fits
 from reflexguard.core.model import JsonObject, Reply, ToolCall, Verdict
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 from reflexguard.core.validate import _Malformed, parse_arguments
 
 ConstrainedMode = Literal["off", "tool_choice", "structured_outputs", "response_format"]

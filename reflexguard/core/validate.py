@@ -22,7 +22,7 @@ from reflexguard.core.channels import Channel
 from reflexguard.core.extract import extract_calls
 from reflexguard.core.grounding import GroundingSources, ungrounded_values
 from reflexguard.core.model import CallVerdict, JsonObject, Reply, ToolCall, ToolChoice, Verdict
-from reflexguard.core.toolset import ToolSet, ToolSpec
+from reflexguard.core.tool_records import ToolSet, ToolSpec
 
 MAX_ERRORS_REPORTED = 4
 

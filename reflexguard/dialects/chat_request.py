@@ -7,7 +7,7 @@ and the tools compiled; every other field is forwarded as the client sent it.
 from __future__ import annotations
 
 import re
-import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -24,14 +24,8 @@ from reflexguard.core.limits import (
     safe_label,
 )
 from reflexguard.core.model import JsonObject, ToolChoice
-from reflexguard.core.toolset import (
-    KEY_PREFIX,
-    InvalidTools,
-    InvalidToolSchema,
-    ToolSet,
-    ToolSetCache,
-    ToolsTooDeep,
-)
+from reflexguard.core.tool_records import InvalidTools, InvalidToolSchema, ToolSet, ToolsTooDeep
+from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules
 
 
@@ -55,8 +49,8 @@ class ChatRequest:
     stream: bool
     rules: CallRules | None  # None when the request offers no tools: nothing to guard
     tools_raw: bytes | None = None
-    # Where `tools_raw` lies in the client's bytes, when read by `known_tools`: the span
-    # history.has_calls need not scan.
+    # Where `tools_raw` lies in the client's bytes, when found as a known list
+    # (dialects/known_tools.py): the span history.has_calls need not scan.
     tools_span: tuple[int, int] | None = None
 
     def __init__(self, fields: JsonObject, model: str, stream: bool, rules: CallRules | None,
@@ -112,7 +106,8 @@ def _too_deep(max_depth: int) -> BadRequest:
                       code="nesting_too_deep")
 
 
-def _check_messages(body: JsonObject) -> None:
+def check_messages(body: JsonObject) -> None:
+    """Chat's envelope: a non-empty list of messages that have roles (raises BadRequest)."""
     messages = body.get("messages")
     if messages is None:
         raise BadRequest("'messages' is a required property", param="messages")
@@ -155,92 +150,11 @@ def split_tools(raw: bytes) -> tuple[bytes, bytes] | None:
     return raw[:at] + b"null" + raw[at + len(tools):], tools
 
 
-TOOLS_KEY = b'"tools"'
-JSON_SPACE = b" \t\n\r"
-# What a known tools list is replaced with before the rest is parsed: a string no client
-# can send but by guessing 128 random bits, so finding it as the body's own `tools` value
-# proves the list stood there (not in a message, not under a key orjson reads before a
-# later `tools`), whatever else the body holds.
-_STAND_IN = f"\x00reflexguard-tools-{secrets.token_hex(16)}"
-_STAND_IN_JSON = orjson.dumps(_STAND_IN)
-
-
-def tools_value_at(raw: bytes) -> int | None:
-    """Where the value of the body's first `"tools"` begins (past its colon and any JSON
-    whitespace); None when that first `"tools"` is followed by no colon (not a key)."""
-    key = raw.find(TOOLS_KEY)
-    if key < 0:
-        return None
-    at = key + len(TOOLS_KEY)
-    while at < len(raw) and raw[at] in JSON_SPACE:
-        at += 1
-    if raw[at:at + 1] != b":":
-        return None
-    at += 1
-    while at < len(raw) and raw[at] in JSON_SPACE:
-        at += 1
-    return at
-
-
-def fields_around(raw: bytes, at: int, tools: bytes, max_depth: int) -> JsonObject | None:
-    """The body parsed and depth-checked with the `tools` bytes at `at` replaced by the
-    stand-in, null in their place; None unless the stand-in came back as the body's own
-    `tools` value (then the list stood there) or when the rest does not parse."""
-    try:
-        fields = parse_body(raw[:at] + _STAND_IN_JSON + raw[at + len(tools):], max_depth)
-    except BadRequest:
-        return None
-    if fields.get("tools") != _STAND_IN:
-        return None
-    fields["tools"] = None
-    return fields
-
-
-def known_tools(raw: bytes, cache: ToolSetCache, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
-                ) -> tuple[JsonObject, bytes, int] | None:
-    """(the body without its tools, parsed and depth-checked, null in their place; the
-    tools list's bytes, a key the cache holds; where they begin in `raw`) when the body's
-    `tools` value is a list the cache has compiled, else None (split_tools then reads
-    it). Cheaper than split_tools, whose scan of the whole body was most of reading an
-    agent's request (issue 23): the list is found after the first `"tools":` by its
-    leading bytes and compared, and only the rest is parsed. Any doubt (a `"tools"`
-    elsewhere first, a list not held, a body that does not parse) is a None, never an
-    error: the full reading gives those."""
-    at = tools_value_at(raw)
-    if at is None:
-        return None
-    for tools in cache.known_lists(raw[at:at + KEY_PREFIX]):
-        if raw.startswith(tools, at):
-            break
-    else:
-        return None
-    fields = fields_around(raw, at, tools, max_depth)
-    return None if fields is None else (fields, tools, at)
-
-
-def read_request(raw: bytes, cache: ToolSetCache, grounding: GroundingPolicy,
-                 max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ChatRequest:
-    known = known_tools(raw, cache, max_depth)
-    if known is not None:
-        fields, tools_raw, at = known
-        _check_messages(fields)
-        return _with_tools(fields, tools_raw, cache, grounding, max_depth, raw,
-                           (at, at + len(tools_raw)))
-    split = split_tools(raw)
-    if split is None:
-        body = parse_body(raw, max_depth, tools_checked_later=True)
-        _check_messages(body)
-        return request_of(body, cache, grounding, max_depth)
-    rest, tools_raw = split
-    fields = parse_body(rest, max_depth)  # everything but the tools, depth-checked
-    _check_messages(fields)
-    return _with_tools(fields, tools_raw, cache, grounding, max_depth, raw)
-
-
-def _with_tools(fields: JsonObject, tools_raw: bytes, cache: ToolSetCache,
+def with_tools_bytes(fields: JsonObject, tools_raw: bytes, cache: ToolSetCache,
                 grounding: GroundingPolicy, max_depth: int, raw: bytes,
                 span: tuple[int, int] | None = None) -> ChatRequest:
-    """The request for a body read without its tools list, found by the list's bytes."""
+    """The request for a body read without its tools list (null in `fields`), by the
+    list's bytes: the cache's key, parsed only on a miss."""
     try:
         toolset = cache.get_serialised(tools_raw, max_depth - 1)
     except orjson.JSONDecodeError:  # e.g. bad UTF-8 in a string the split did not read
@@ -319,3 +233,18 @@ def _chat_request(fields: JsonObject, toolset: ToolSet | None, grounding: Ground
             identifier_pattern=grounding.pattern,
         )
     return ChatRequest(fields, str(model), stream, rules, tools_raw, tools_span)
+
+
+@dataclass(frozen=True)
+class ChatForm:
+    """Chat Completions as the one reader (dialects/reader.py) reads it: its own envelope,
+    no translation (the body is the chat view), and the tools list read by its bytes, the
+    ToolSetCache's key (`to_chat` None says both)."""
+
+    name: str = "chat"
+    check: Callable[[JsonObject], None] = check_messages
+    to_chat: None = None
+    schema_param: None = None
+
+
+CHAT = ChatForm()

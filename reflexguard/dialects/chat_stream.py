@@ -18,8 +18,9 @@ from typing import Any
 
 import orjson
 
+from reflexguard.core.attempts import Attempt, LadderResult
+from reflexguard.core.choice import agent_completion
 from reflexguard.core.completion import choices_of, new_call_id, reply_of
-from reflexguard.core.ladder import Attempt, LadderResult, agent_completion
 from reflexguard.core.model import JsonObject, Reply, ToolCall, as_object
 
 CALL_OPENINGS = ("{", "[", "```", "<tool_call>")

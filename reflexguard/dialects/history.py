@@ -1,6 +1,8 @@
 """History hygiene in each wire format: find the historical calls, check them, repair a copy.
 
-Nothing here does I/O. The HTTP edge reads a request as before, then:
+Nothing here does I/O. This file says when each step runs; the walkers of each dialect's
+conversation are history_chat.py, history_messages.py and history_responses.py. The HTTP
+edge reads a request as before, then:
 
 1. a bytes scan for the dialect's call marker (`"tool_calls"`, `"tool_use"`,
    `"function_call"`): a history without calls costs one `bytes.find`;
@@ -22,21 +24,15 @@ llama-server render both; a hosted upstream's own 400 reaches the agent in its f
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 
-from reflexguard.core.history import (
-    HistoryReport,
-    Replacement,
-    id_key,
-    missing_result_note,
-    object_replacement,
-    replacement,
-)
-from reflexguard.core.model import JsonObject
+from reflexguard.core.history import HistoryReport
+from reflexguard.dialects.history_calls import Body
+from reflexguard.dialects.history_chat import chat_needs_work, repair_chat
+from reflexguard.dialects.history_messages import messages_needs_work, repair_messages
+from reflexguard.dialects.history_responses import repair_responses, responses_needs_work
 
-Body = JsonObject
 Repair = Callable[[Body], tuple[Body, HistoryReport]]
 MARKERS = {"chat": b'"tool_calls"', "messages": b'"tool_use"', "responses": b'"function_call"'}
 
@@ -56,93 +52,9 @@ def has_calls(raw: bytes, dialect: str, skip: tuple[int, int] | None = None) -> 
     return raw.find(marker, 0, skip[0]) >= 0 or raw.find(marker, skip[1]) >= 0
 
 
-def _valid_text(arguments: object) -> bool:
-    """Whether `arguments` is the text of a JSON object (core/history.py's test, inlined:
-    this runs once per historical call on every request that has any)."""
-    if type(arguments) is not str or arguments.lstrip()[:1] != "{":
-        return False  # not an object's text, decided without building a decode error
-    try:
-        return type(orjson.loads(arguments)) is dict
-    except orjson.JSONDecodeError:
-        return False
-
-
-def _chat_needs_work(body: Body) -> bool:
-    """One pass over the parsed messages: a call whose arguments are not a JSON object
-    string, or a call turn left unanswered when another message follows its results."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return False
-    waiting: set[object] = set()  # the latest call turn's ids without a result yet
-    for message in messages:
-        if not isinstance(message, dict):
-            return True  # the repair's defensive reading decides
-        role = message.get("role")
-        if role == "tool":
-            waiting.discard(id_key(message.get("tool_call_id")))
-            continue
-        if waiting:
-            return True
-        calls = message.get("tool_calls")
-        if not calls:
-            continue
-        if not isinstance(calls, list):
-            return True
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict) or not _valid_text(function.get("arguments")):
-                return True
-            waiting.add(id_key(call.get("id")))
-    return False
-
-
-def _messages_needs_work(body: Body) -> bool:
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return False
-    waiting: set[object] = set()
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if waiting:  # this message must open with a result for each call just before it
-            if not isinstance(content, list):
-                return True
-            waiting -= {id_key(b.get("tool_use_id")) for b in content
-                        if isinstance(b, dict) and b.get("type") == "tool_result"}
-            if waiting:
-                return True
-        if not isinstance(content, list):
-            continue
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                if not isinstance(block.get("input"), dict):
-                    return True
-                waiting.add(id_key(block.get("id")))
-    return False
-
-
-def _responses_needs_work(body: Body) -> bool:
-    items = body.get("input")
-    if not isinstance(items, list):
-        return False
-    waiting: set[object] = set()
-    for item in items:
-        if not isinstance(item, dict):
-            return True
-        kind = item.get("type", "message")
-        if kind == "function_call":
-            if not _valid_text(item.get("arguments")):
-                return True
-            waiting.add(id_key(item.get("call_id")))
-        elif kind == "function_call_output":
-            waiting.discard(id_key(item.get("call_id")))
-        elif kind == "message" and waiting:
-            return True
-    return False
-
-
 CHECKS: dict[str, Callable[[Body], bool]] = {
-    "chat": _chat_needs_work, "messages": _messages_needs_work,
-    "responses": _responses_needs_work}
+    "chat": chat_needs_work, "messages": messages_needs_work,
+    "responses": responses_needs_work}
 
 
 def needs_work(body: Body, dialect: str) -> bool:
@@ -153,241 +65,8 @@ def needs_work(body: Body, dialect: str) -> bool:
     return check is not None and check(body)
 
 
-# -- pairing results with calls ---------------------------------------------------------------
-
-def _chat_dangling(index: int, call_ids: list[object],
-                   roles: list[tuple[object, object]]) -> tuple[list[object], int]:
-    """The ids of the calls at `index` with no tool message among those right after it,
-    when a message other than a tool result follows (the conversation moved on); and the
-    position of that message, where their results belong."""
-    answered: set[object] = set()
-    at = index + 1
-    while at < len(roles) and roles[at][0] == "tool":
-        answered.add(id_key(roles[at][1]))
-        at += 1
-    if at >= len(roles):
-        return [], at  # the calls end the conversation: their results may be coming
-    return [i for i in call_ids if id_key(i) not in answered], at
 
 
-def _responses_dangling(items: list[tuple[object, object]]) -> list[int]:
-    """Positions of function_call items whose call_id has no output after them, when a
-    message item follows them (the conversation moved on). One pass from the end: linear
-    in the items, however many calls a hostile body holds."""
-    dangling = []
-    answered: set[object] = set()  # call ids with an output further on
-    message_later = False
-    for at in range(len(items) - 1, -1, -1):
-        kind, call_id = items[at]
-        if kind == "function_call_output":
-            answered.add(id_key(call_id))
-        elif kind in ("message", None):
-            message_later = True
-        elif kind == "function_call" and message_later and id_key(call_id) not in answered:
-            dangling.append(at)
-    dangling.reverse()
-    return dangling
-
-
-def _with_note(content: object, note: str, part_type: str = "text") -> object:
-    """A result's content with `note` after it: last, so a result that starts "Error:"
-    still reads as a failure to an error budget (reflexguard/core/budget.py)."""
-    if isinstance(content, str):
-        return f"{content}\n\n{note}" if content else note
-    if isinstance(content, list):
-        return [*content, {"type": part_type, "text": note}]
-    return note
-
-
-# -- Chat Completions ----------------------------------------------------------------------
-
-def repair_chat(body: Body) -> tuple[Body, HistoryReport]:
-    """The body with every historical call's arguments a JSON object string and every
-    call answered; `body` itself is returned when nothing changes, and never mutated."""
-    report = HistoryReport()
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return body, report
-    out: list[Any] = []
-    notes: dict[object, list[str]] = {}  # call id -> notes for its result
-    missing: dict[int, list[object]] = {}  # position -> ids whose results go before it
-    roles = [(m.get("role"), m.get("tool_call_id")) if isinstance(m, dict) else (None, None)
-             for m in messages]
-    for index, message in enumerate(messages):
-        if report.left_as_sent:
-            out.extend(messages[index:])  # past MAX_REPAIRED_CALLS: the rest as sent
-            break
-        for call_id in missing.pop(index, ()):
-            if not report.room():
-                break
-            report.add("missing_result")
-            text = "\n".join([missing_result_note(), *notes.pop(id_key(call_id), [])])
-            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-        if isinstance(message, dict) and message.get("role") == "tool":
-            pending = notes.pop(id_key(message.get("tool_call_id")), None)
-            if pending:
-                message = {**message, "content": _with_note(message.get("content"),
-                                                            "\n".join(pending))}
-        out.append(message)
-        if not isinstance(calls, list) or not calls:
-            continue
-        new_calls = [_chat_call(call, report, notes) for call in calls]
-        if any(a is not b for a, b in zip(new_calls, calls, strict=True)):
-            out[-1] = {**message, "tool_calls": new_calls}
-        ids = [c.get("id") if isinstance(c, dict) else None for c in calls]
-        unanswered, at = _chat_dangling(index, ids, roles)
-        if unanswered:
-            missing.setdefault(at, []).extend(unanswered)
-    if not report.changed:
-        return body, report
-    return {**body, "messages": out}, report
-
-
-def _chat_call(call: object, report: HistoryReport, notes: dict[object, list[str]]) -> object:
-    if not isinstance(call, dict):
-        return call
-    function = call.get("function")
-    fields = function if isinstance(function, dict) else {}
-    arguments = fields.get("arguments")
-    if _valid_text(arguments) or not report.room():
-        return call
-    fixed = replacement(arguments, report.allowance)
-    if fixed is None:
-        return call
-    _record(fixed, call.get("id"), report, notes)
-    return {**call, "function": {**fields, "arguments": fixed.arguments}}
-
-
-def _record(fixed: Replacement, call_id: object, report: HistoryReport,
-            notes: dict[object, list[str]]) -> None:
-    report.add(fixed.kind)
-    if fixed.note is not None:
-        notes.setdefault(id_key(call_id), []).append(fixed.note)
-
-
-# -- Anthropic Messages ---------------------------------------------------------------------
-
-def repair_messages(body: Body) -> tuple[Body, HistoryReport]:
-    """As repair_chat, for `tool_use.input` (an object) and `tool_result` blocks, which
-    must open the user message right after the calls."""
-    report = HistoryReport()
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return body, report
-    out: list[Any] = list(messages)
-    added: dict[int, JsonObject] = {}  # a user message of results, placed before index
-    for index, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        notes: dict[object, list[str]] = {}
-        blocks = [_tool_use(block, report, notes) for block in content]
-        if any(a is not b for a, b in zip(blocks, content, strict=True)):
-            out[index] = {**message, "content": blocks}
-        ids = [b.get("id") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
-        if not ids or index + 1 >= len(messages):
-            continue  # no calls, or they end the conversation: their results may be coming
-        following, missing = _answered(out[index + 1], ids, notes, report)
-        out[index + 1] = following
-        if missing:  # the next message is not the user's: the results get one of their own
-            added[index + 1] = {"role": "user", "content": missing}
-    if not report.changed:
-        return body, report
-    if added:
-        out = [m for at, message in enumerate(out)
-               for m in ((added[at], message) if at in added else (message,))]
-    return {**body, "messages": out}, report
-
-
-def _tool_use(block: object, report: HistoryReport, notes: dict[object, list[str]]) -> object:
-    if not isinstance(block, dict) or block.get("type") != "tool_use":
-        return block
-    if isinstance(block.get("input"), dict) or not report.room():
-        return block
-    fixed = object_replacement(block.get("input"), report.allowance)
-    if fixed is None:
-        return block
-    _record(fixed, block.get("id"), report, notes)
-    return {**block, "input": fixed.value}
-
-
-def _answered(following: object, ids: list[object], notes: dict[object, list[str]],
-              report: HistoryReport) -> tuple[object, list[JsonObject]]:
-    """The message after a tool_use turn with the notes in its results and, when it is the
-    user's, a result block first for every call it does not answer; else those blocks,
-    for a user message of their own."""
-    if not isinstance(following, dict):
-        return following, []
-    content = following.get("content")
-    blocks: list[Any] = list(content) if isinstance(content, list) else (
-        [{"type": "text", "text": content}] if isinstance(content, str) and content else [])
-    answered = set()
-    changed = False
-    for at, block in enumerate(blocks):
-        if isinstance(block, dict) and block.get("type") == "tool_result":
-            answered.add(id_key(block.get("tool_use_id")))
-            pending = notes.pop(id_key(block.get("tool_use_id")), None)
-            if pending:
-                blocks[at] = {**block, "content": _with_note(block.get("content"),
-                                                             "\n".join(pending))}
-                changed = True
-    missing: list[JsonObject] = []
-    for call_id in ids:
-        if id_key(call_id) not in answered and report.room():
-            report.add("missing_result")
-            missing.append({"type": "tool_result", "tool_use_id": call_id, "content": "\n".join(
-                [missing_result_note(), *notes.pop(id_key(call_id), [])])})
-    if following.get("role") != "user":
-        return ({**following, "content": blocks} if changed else following), missing
-    if not missing and not changed:
-        return following, []
-    return {**following, "content": [*missing, *blocks]}, []
-
-
-# -- OpenAI Responses -----------------------------------------------------------------------
-
-def repair_responses(body: Body) -> tuple[Body, HistoryReport]:
-    """As repair_chat, for `function_call` input items and `function_call_output` items."""
-    report = HistoryReport()
-    items = body.get("input")
-    if not isinstance(items, list):
-        return body, report
-    notes: dict[object, list[str]] = {}
-    out: list[Any] = []
-    for at, item in enumerate(items):
-        if report.left_as_sent:
-            out.extend(items[at:])  # past MAX_REPAIRED_CALLS: the rest as sent
-            break
-        if isinstance(item, dict) and item.get("type") == "function_call":
-            arguments = item.get("arguments")
-            fixed = None if _valid_text(arguments) or not report.room() else replacement(
-                arguments, report.allowance)
-            if fixed is not None:
-                _record(fixed, item.get("call_id"), report, notes)
-                item = {**item, "arguments": fixed.arguments}
-        elif isinstance(item, dict) and item.get("type") == "function_call_output":
-            pending = notes.pop(id_key(item.get("call_id")), None)
-            if pending:
-                item = {**item, "output": _with_note(item.get("output"), "\n".join(pending),
-                                                     "input_text")}
-        out.append(item)
-    pairs = [(i.get("type", "message"), i.get("call_id")) if isinstance(i, dict)
-             else ("message", None) for i in out]
-    results: dict[int, JsonObject] = {}  # position -> the result placed after it
-    for at in reversed(_responses_dangling(pairs)):  # the latest first, while room lasts
-        if not report.room():
-            break
-        call_id = pairs[at][1]
-        report.add("missing_result")
-        text = "\n".join([missing_result_note(), *notes.pop(id_key(call_id), [])])
-        results[at] = {"type": "function_call_output", "call_id": call_id, "output": text}
-    if not report.changed:
-        return body, report
-    if results:  # one pass: an insert per dangling call was quadratic in the items
-        out = [x for at, item in enumerate(out)
-               for x in ((item, results[at]) if at in results else (item,))]
-    return {**body, "input": out}, report
 
 
 REPAIRS: dict[str, Repair] = {"chat": repair_chat, "messages": repair_messages,

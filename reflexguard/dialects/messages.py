@@ -25,7 +25,7 @@ from reflexguard.core.repair import (
     reply_feedback,
     shown_reply,
 )
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 from reflexguard.dialects.native import (
     NATIVE_KEY,
     Dialect,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from reflexguard.core.model import JsonObject
+from reflexguard.core.tool_records import ToolSpec
 from reflexguard.core.validate import CallRules, accepts_json, clean_spec, shortcut_applies
 
 # A native reply -> the names of its calls when all are clean, else None.
@@ -36,54 +37,52 @@ def _settled(names: list[str], rules: CallRules) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def clean_messages_calls(message: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
-    """A Messages reply whose tool_use blocks are all clean: their names, else None."""
-    if not shortcut_applies(rules):
-        return None
-    content = message.get("content")
-    if not isinstance(content, list):
-        return None
-    names: list[str] = []
-    for block in content:
-        if not isinstance(block, dict):
-            return None
-        kind = block.get("type")
-        if kind == "tool_use":
-            spec = clean_spec(block.get("name"), rules)
-            arguments = block.get("input")
-            # `input` is the parsed object the full reading writes back to JSON and reads
-            # again (messages.completion_of): parse_completion read it with orjson, so the
-            # round trip gives the same object, and the same verdict.
-            if spec is None or not isinstance(arguments, dict) or not spec.accepts(arguments):
-                return None
-            names.append(spec.name)
-        elif kind not in MESSAGES_PASSIVE:
-            return None
-    return _settled(names, rules)
-
-
-def clean_responses_calls(response: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
-    """A Responses reply whose function_call items are all clean: their names, else None."""
-    if not shortcut_applies(rules):
-        return None
-    output = response.get("output")
-    if not isinstance(output, list):
+def _clean_calls(items: object, rules: CallRules, call: str, passive: frozenset[str],
+                 accepted: Callable[[ToolSpec, JsonObject], bool]) -> tuple[str, ...] | None:
+    """The one walk of both dialects: `items` (content blocks, output items) whose every
+    `call`-typed entry is a clean call (`accepted` reads its arguments) and whose every
+    other entry is of a `passive` type: the calls' names, else None."""
+    if not shortcut_applies(rules) or not isinstance(items, list):
         return None
     names: list[str] = []
-    for item in output:
+    for item in items:
         if not isinstance(item, dict):
             return None
         kind = item.get("type")
-        if kind == "function_call":
+        if kind == call:
             spec = clean_spec(item.get("name"), rules)
-            if spec is None or not accepts_json(spec, item.get("arguments")):
+            if spec is None or not accepted(spec, item):
                 return None
             names.append(spec.name)
-        elif kind not in RESPONSES_PASSIVE:
+        elif kind not in passive:
             return None
         elif kind == "message" and not isinstance(item.get("content") or [], list):
             return None  # the full reading iterates it: left to it, whatever it does
     return _settled(names, rules)
+
+
+def _input_accepted(spec: ToolSpec, block: JsonObject) -> bool:
+    # `input` is the parsed object the full reading writes back to JSON and reads again
+    # (messages.completion_of): parse_completion read it with orjson, so the round trip
+    # gives the same object, and the same verdict.
+    arguments = block.get("input")
+    return isinstance(arguments, dict) and spec.accepts(arguments)
+
+
+def _arguments_accepted(spec: ToolSpec, item: JsonObject) -> bool:
+    return accepts_json(spec, item.get("arguments"))
+
+
+def clean_messages_calls(message: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
+    """A Messages reply whose tool_use blocks are all clean: their names, else None."""
+    return _clean_calls(message.get("content"), rules, "tool_use", MESSAGES_PASSIVE,
+                        _input_accepted)
+
+
+def clean_responses_calls(response: JsonObject, rules: CallRules) -> tuple[str, ...] | None:
+    """A Responses reply whose function_call items are all clean: their names, else None."""
+    return _clean_calls(response.get("output"), rules, "function_call", RESPONSES_PASSIVE,
+                        _arguments_accepted)
 
 
 CLEAN_CALLS: dict[str, CleanCalls] = {

@@ -26,7 +26,7 @@ from reflexguard.core.repair import (
     reply_feedback,
     shown_reply,
 )
-from reflexguard.core.toolset import ToolSet
+from reflexguard.core.tool_records import ToolSet
 from reflexguard.dialects.native import NATIVE_KEY, Dialect, dumps, text_of, tool_index
 
 CARRIED = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",

@@ -8,30 +8,24 @@ and upstream faults become OpenAI-format errors at this boundary, never tracebac
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
-import hmac
 import time
-from collections.abc import Coroutine
-from typing import Any
+from typing import Any, overload
 
-import orjson
 from aiohttp import web
 
-from reflexguard.core.bodies import UndecodableBody, decoded_body
+from reflexguard.core.bodies import UndecodableBody
 from reflexguard.core.budget import BUDGET_HEADER
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import safe_label
 from reflexguard.core.toolset import CompileNeeded
-from reflexguard.core.urls import UnsafePath, passthrough_tail, redact
-from reflexguard.dialects.chat_request import ChatRequest, read_request
-from reflexguard.dialects.history import has_calls, repaired
+from reflexguard.dialects.chat_request import CHAT, ChatForm, ChatRequest
 from reflexguard.dialects.messages import MESSAGES
-from reflexguard.dialects.native import Dialect, DialectRequest, read_dialect_request
+from reflexguard.dialects.native import Dialect, DialectRequest
+from reflexguard.dialects.reader import cleaned, read_request
 from reflexguard.dialects.responses import RESPONSES
 from reflexguard.http.call import GuardedCall
-from reflexguard.http.connections import BodyTimeout, protocol_error_body, read_body_within
-from reflexguard.http.context import GuardContext
+from reflexguard.http.client_stream import STREAM_KEY, end_stream_with_error
 from reflexguard.http.dialect_call import (
     DialectCall,
     dialect_bad_request,
@@ -41,15 +35,12 @@ from reflexguard.http.dialect_call import (
 )
 from reflexguard.http.dialect_stream import dialect_stream, translated_plain_stream
 from reflexguard.http.faults import FAULT_SEED_HEADER
-from reflexguard.http.health import PROBE_TIMEOUT, UpstreamHealth
-from reflexguard.http.responses import JSON, json_error, upstream_error
-from reflexguard.http.streams import (
-    STREAM_KEY,
-    byte_stream,
-    end_stream_with_error,
-    guarded_stream,
-)
-from reflexguard.http.upstream import RequestDeadline, Upstream, UpstreamFailure
+from reflexguard.http.health import UpstreamHealth
+from reflexguard.http.health_routes import StatusRoutes
+from reflexguard.http.passthrough import PassThroughRoutes, byte_stream
+from reflexguard.http.responses import JSON, bad_request, route_error
+from reflexguard.http.streams import guarded_stream
+from reflexguard.http.upstream import Upstream, UpstreamFailure
 from reflexguard.ops import tracing
 from reflexguard.ops.config import Settings
 from reflexguard.ops.telemetry import Telemetry
@@ -57,25 +48,22 @@ from reflexguard.ops.telemetry import Telemetry
 UPSTREAM_KEY: web.AppKey[Upstream] = web.AppKey("upstream", Upstream)
 
 
-class Routes(GuardContext):
-    """The request handlers, over the context they share."""
-
-    upstream_health: UpstreamHealth  # set by build_app
+class Routes(PassThroughRoutes, StatusRoutes):
+    """The request handlers, over the context they share: the guarded routes here, the
+    pass-through ones (http/passthrough.py) and the health and admin ones
+    (http/health_routes.py) as mixins."""
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
             raw = await self._body(request)
             try:
-                chat = read_request(raw, self.toolsets, self.grounding,
-                                    self.settings.max_json_depth)
+                raw, chat = self._read(raw, CHAT)
             except CompileNeeded as miss:  # a new tool set: compiled off the loop (issue 18)
                 await self.compile_tools(miss)
-                chat = read_request(raw, self.toolsets, self.grounding,
-                                    self.settings.max_json_depth)
+                raw, chat = self._read(raw, CHAT)
         except BadRequest as exc:
             return bad_request(exc)
-        raw, chat = self._chat_history(raw, chat)
         headers = self.upstream.headers(request.headers)
         if not chat.guarded:
             if chat.stream:
@@ -112,18 +100,15 @@ class Routes(GuardContext):
         try:
             raw = await self._body(request)
             try:
-                parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
-                                              self.settings.max_json_depth)
+                raw, parsed = self._read(raw, dialect)
             except CompileNeeded as miss:  # a new tool set: compiled off the loop (issue 18)
                 await self.compile_tools(miss)
-                parsed = read_dialect_request(raw, dialect, self.toolsets, self.grounding,
-                                              self.settings.max_json_depth)
+                raw, parsed = self._read(raw, dialect)
         except BadRequest as exc:
             response = dialect_bad_request(dialect, exc)
             if isinstance(exc, UndecodableBody):
                 response.force_close()
             return response
-        raw, parsed = self._dialect_history(raw, parsed, dialect)
         headers = self.upstream.headers(request.headers)
         native = dialect.name in self.settings.upstream_dialects
         if not native and parsed.dropped:
@@ -165,206 +150,21 @@ class Routes(GuardContext):
             self.telemetry.client_gone(request_id=call.request_id, session=call.session)
             raise
 
-    async def models(self, request: web.Request) -> web.StreamResponse:
-        return await self._pass(request, "models", None, self.upstream.headers(request.headers))
-
-    async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        """Any other /v1 route (completions, embeddings, ...), streamed if asked to be."""
-        try:
-            path = passthrough_tail(request.raw_path)
-        except UnsafePath as exc:
-            return json_error(400, str(exc), code="invalid_path")
-        if request.query_string:
-            path = f"{path}?{request.query_string}"
-        try:
-            body = await self._body(request) if request.can_read_body else None
-        except BadRequest as exc:
-            return bad_request(exc)
-        headers = self.upstream.headers(request.headers)
-        if body and b'"stream"' in body and _wants_stream(body):
-            return await self._within_deadline(request, byte_stream(
-                self, request, body, headers, path))
-        return await self._pass(request, path, body, headers)
-
-    async def healthz(self, _: web.Request) -> web.Response:
-        body = {"status": "ok", "upstream": redact(self.upstream.base_url),
-                "repair": self.settings.repair}
-        body.update(self.faults_notice())
-        if self.health is None:
-            return web.json_response(body)
-        status, supervised = self.health()
-        return web.json_response({**body, **supervised}, status=status)
-
-    def faults_notice(self) -> dict[str, str]:
-        """Said on /healthz and /readyz while fault injection is on: never silently."""
-        spec = self.settings.inject_faults
-        return {} if spec is None else {"inject_faults": spec.text(),
-                                        "warning": "fault injection is on (testing only)"}
-
-    async def livez(self, _: web.Request) -> web.Response:
-        """The process serves: nothing else is asked (an orchestrator's liveness probe)."""
-        return web.json_response({"status": "ok"})
-
-    async def readyz(self, _: web.Request) -> web.Response:
-        """The upstream answered recently (http/health.py), or the embedded model is ready:
-        200, else 503 with the reason."""
-        if self.health is not None:  # the supervised embedded child
-            status, supervised = self.health()
-            body: dict[str, object] = {"status": "ready" if status == 200 else "not_ready",
-                                       "upstream": supervised.get("upstream"),
-                                       "embedded": supervised.get("status")}
-            if status != 200:
-                body["reason"] = supervised.get("reason")
-            return web.json_response({**body, **self.faults_notice()}, status=status)
-        outcome = await self.upstream_health.ready(
-            lambda: self.upstream.probe(PROBE_TIMEOUT))
-        body = {"status": "ready" if outcome.answered else "not_ready",
-                "upstream": redact(self.upstream.base_url), "checked_by": outcome.source,
-                "age_s": round(max(0.0, time.monotonic() - outcome.at), 3)}
-        if not outcome.answered:
-            body["reason"] = outcome.reason
-        return web.json_response({**body, **self.faults_notice()},
-                                 status=200 if outcome.answered else 503)
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        denied = self._denied(request)
-        if denied is not None:
-            return denied
-        return web.Response(body=self.telemetry.metrics_text(),
-                            headers={"Content-Type": "text/plain; version=0.0.4"})
-
-    async def session(self, request: web.Request) -> web.Response:
-        denied = self._denied(request)
-        if denied is not None:
-            return denied
-        session = request.match_info["session"]
-        record, source = await self.sessions.read(session)
-        if record is None:
-            response = json_error(404, f"no session recorded as {safe_label(session)!r}")
-        else:
-            response = web.json_response(record.model_dump())
-        # Said in a header, not the body: the body is the same from every replica.
-        response.headers["x-reflexguard-state"] = source
-        return response
-
-    async def _body(self, request: web.Request) -> bytes:
-        try:
-            if request.content.is_eof():  # all here already: no timer to arm
-                raw = await request.read()
-            else:
-                raw = await read_body_within(request, self.settings.body_timeout)
-        except web.HTTPRequestEntityTooLarge:
-            raise BadRequest(f"request body exceeds {self.settings.max_body_bytes} bytes",
-                             status=413, code="request_too_large") from None
-        except BodyTimeout:
-            self.telemetry.connection_refused("body_timeout")
-            raise
-        return decoded_body(raw, request.headers.get("Content-Encoding"),
-                            self.settings.max_body_bytes)
-
-    def _chat_history(self, raw: bytes, chat: ChatRequest) -> tuple[bytes, ChatRequest]:
-        """The bytes to forward and the request read from them: the client's, unless a
-        historical tool call would make the model server refuse the conversation
-        (dialects/history.py); then a repaired copy, counted as history_repaired."""
-        if not has_calls(raw, "chat", chat.tools_span):  # the fast path: a bytes scan
-            return raw, chat
-        fixed = repaired(chat.fields, "chat", chat.tools_raw)
-        if fixed is None:
-            return raw, chat
-        forwarded, fields, report = fixed
-        self.telemetry.history_repaired(report.kinds, "chat", report.left_as_sent)
-        return forwarded, dataclasses.replace(chat, fields=fields)
-
-    def _dialect_history(self, raw: bytes, parsed: DialectRequest, dialect: Dialect,
-                         ) -> tuple[bytes, DialectRequest]:
-        """As _chat_history, for Messages and Responses (their chat view translated again)."""
-        if not has_calls(raw, dialect.name):
-            return raw, parsed
-        fixed = repaired(parsed.body, dialect.name)
-        if fixed is None:
-            return raw, parsed
-        forwarded, body, report = fixed
-        self.telemetry.history_repaired(report.kinds, dialect.name, report.left_as_sent)
-        chat_view, _ = dialect.to_chat(body)  # the same tools: the same rules, as read
-        return forwarded, DialectRequest(body, dataclasses.replace(parsed.chat,
-                                                                   fields=chat_view),
-                                         parsed.dropped)
-
-    def _denied(self, request: web.Request) -> web.Response | None:
-        """The admin routes' bearer check, when `admin_token` is set."""
-        token = self.settings.admin_token
-        if token is None:
-            return None
-        given = request.headers.get("Authorization", "").encode("utf-8", "replace")
-        expected = f"Bearer {token.get_secret_value()}".encode()
-        if hmac.compare_digest(given, expected):
-            return None
-        return json_error(401, "this route needs 'Authorization: Bearer <admin_token>'",
-                          code="unauthorized")
-
-    # -- pass-through -----------------------------------------------------------------------
-
-    async def _pass(self, request: web.Request, path: str, body: bytes | None,
-                    headers: dict[str, str]) -> web.StreamResponse:
-        try:
-            raw = await self.upstream.request(request.method, path, body, headers,
-                                              self._deadline())
-        except UpstreamFailure as exc:
-            return upstream_error(self._counted(exc))
-        return web.Response(status=raw.status, body=raw.body,
-                            headers={"Content-Type": raw.content_type or JSON})
-
-    async def _pass_stream(self, request: web.Request, raw: bytes,
-                           headers: dict[str, str]) -> web.StreamResponse:
-        return await self._within_deadline(request, byte_stream(self, request, raw, headers))
-
-    # -- the request deadline of requests without tools (issue 30) ----------------------------
-    # `request_timeout` bounds every client request, not only guarded ones: a pass-through
-    # answer or stream (an SSE comment a second keeps a socket busy forever) ends at it too.
-
-    def _deadline(self) -> float:
-        return asyncio.get_running_loop().time() + self.settings.request_timeout
-
-    def _counted(self, exc: UpstreamFailure) -> UpstreamFailure:
-        """`exc`, counted as a request_deadline fallback when the deadline caused it."""
-        if isinstance(exc, RequestDeadline):
-            self.telemetry.fallback("request_deadline")
-        return exc
-
-    async def _within_deadline(self, request: web.Request,
-                               stream: Coroutine[Any, Any, web.StreamResponse],
-                               ) -> web.StreamResponse:
-        """A pass-through stream, ended at the request deadline: a 504 in the route's
-        format before its first byte, its error event after (the upstream request is
-        cancelled, which closes its connection)."""
-        try:
-            async with asyncio.timeout(self.settings.request_timeout):
-                return await stream
-        except TimeoutError:
-            self.telemetry.fallback("request_deadline", path=request.path)
-            message = f"no answer within request_timeout ({self.settings.request_timeout:g} s)"
-            started: web.StreamResponse | None = request.get(STREAM_KEY)
-            if started is not None and started.prepared:
-                return await end_stream_with_error(started, message, "upstream_timeout",
-                                                   path=request.path)
-            return route_error(request.path, 504, message, code="upstream_timeout")
-
-
-def bad_request(exc: BadRequest) -> web.Response:
-    response = web.Response(status=exc.status, body=exc.body(), content_type=JSON)
-    if isinstance(exc, UndecodableBody):
-        # Where this body ends is unknown, so the connection cannot carry another request;
-        # saying so lets clients reconnect instead of losing the requests queued behind.
-        response.force_close()
-    return response
-
-
-def _wants_stream(body: bytes) -> bool:
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(parsed, dict) and parsed.get("stream") is True
+    @overload
+    def _read(self, raw: bytes, form: ChatForm) -> tuple[bytes, ChatRequest]: ...
+    @overload
+    def _read(self, raw: bytes, form: Dialect) -> tuple[bytes, DialectRequest]: ...
+    def _read(self, raw: bytes, form: ChatForm | Dialect,
+              ) -> tuple[bytes, ChatRequest | DialectRequest]:
+        """The request in the client's bytes (dialects/reader.py), and the bytes to forward:
+        the client's, or a copy with its history repaired, counted as history_repaired."""
+        parsed = read_request(raw, form, self.toolsets, self.grounding,
+                              self.settings.max_json_depth)
+        # `parsed` is of `form`'s dialect, which the overloads cannot say of a union.
+        forwarded, parsed, report = cleaned(raw, form, parsed)  # type: ignore[arg-type]
+        if report is not None:
+            self.telemetry.history_repaired(report.kinds, form.name, report.left_as_sent)
+        return forwarded, parsed
 
 
 GUARD_KEY: web.AppKey[Routes] = web.AppKey("guard", Routes)
@@ -403,14 +203,6 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
             return await end_stream_with_error(started, "internal error in reflexguard",
                                                path=request.path)
         return route_error(request.path, 500, "internal error in reflexguard; see its log")
-
-
-def route_error(path: str, status: int, message: str,
-                code: str | None = "internal") -> web.Response:
-    """An error in the format of the route's dialect: Anthropic's on /v1/messages (an
-    Anthropic SDK reads nothing else), OpenAI's everywhere else (Responses included)."""
-    return web.Response(status=status, body=protocol_error_body(path, status, message, code),
-                        content_type=JSON)
 
 
 def build_app(settings: Settings, upstream_url: str | None = None,

@@ -14,20 +14,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from reflexguard.core.attempts import Attempt, LadderResult, read_attempt
 from reflexguard.core.budget import REMAINING_HEADER, policy_for_budget, within_budget
+from reflexguard.core.choice import agent_completion, chosen_label, returned_attempt, settle_choice
 from reflexguard.core.errors import error_body
-from reflexguard.core.ladder import (
-    CHAT_BUILDERS,
-    Attempt,
-    LadderResult,
-    RequestBuilders,
-    agent_completion,
-    chosen_label,
-    read_attempt,
-    returned_attempt,
-    run_ladder,
-    settle_choice,
-)
+from reflexguard.core.ladder import CHAT_BUILDERS, RequestBuilders, run_ladder
 from reflexguard.core.loop_guard import guard_loops, out_of_time
 from reflexguard.core.loops import NO_LOOPS, LoopIndex, scan
 from reflexguard.core.validate import clean_tool_calls

@@ -1,5 +1,6 @@
 """What every request handler shares: settings, the upstream client, telemetry, the
-compiled tool-set cache, and the guard policy derived from the settings.
+compiled tool-set cache, the guard policy derived from the settings, and reading a
+request's body (bounded in size and time, decoded).
 
 This is an I/O edge only by what it holds; building it opens nothing.
 """
@@ -10,7 +11,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from aiohttp import web
+
+from reflexguard.core.bodies import decoded_body
+from reflexguard.core.errors import BadRequest
 from reflexguard.core.toolset import CompileNeeded, ToolSetCache
+from reflexguard.http.connections import BodyTimeout, read_body_within
 from reflexguard.http.upstream import Upstream
 from reflexguard.ops.config import Settings
 from reflexguard.ops.policy import grounding_policy, guard_policy, loop_policy
@@ -49,3 +55,18 @@ class GuardContext:
         switch interval (2,000 tools: ~0.4 s of compiling, docs/reliability.md)."""
         outcome = await asyncio.to_thread(self.toolsets.prepare, miss)
         self.toolsets.store(miss, outcome)
+
+    async def _body(self, request: web.Request) -> bytes:
+        try:
+            if request.content.is_eof():  # all here already: no timer to arm
+                raw = await request.read()
+            else:
+                raw = await read_body_within(request, self.settings.body_timeout)
+        except web.HTTPRequestEntityTooLarge:
+            raise BadRequest(f"request body exceeds {self.settings.max_body_bytes} bytes",
+                             status=413, code="request_too_large") from None
+        except BodyTimeout:
+            self.telemetry.connection_refused("body_timeout")
+            raise
+        return decoded_body(raw, request.headers.get("Content-Encoding"),
+                            self.settings.max_body_bytes)

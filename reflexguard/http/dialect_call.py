@@ -19,15 +19,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from reflexguard.core.attempts import Attempt, LadderResult, read_attempt
+from reflexguard.core.choice import agent_completion, returned_attempt
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.ladder import (
-    CHAT_BUILDERS,
-    Attempt,
-    LadderResult,
-    agent_completion,
-    read_attempt,
-    returned_attempt,
-)
+from reflexguard.core.ladder import CHAT_BUILDERS
 from reflexguard.core.limits import clip, safe_label
 from reflexguard.dialects.native import (
     Dialect,

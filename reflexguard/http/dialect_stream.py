@@ -18,7 +18,8 @@ import orjson
 from aiohttp import web
 
 from reflexguard.core import json_text
-from reflexguard.core.ladder import agent_completion, read_attempt, returned_attempt
+from reflexguard.core.attempts import read_attempt
+from reflexguard.core.choice import agent_completion, returned_attempt
 from reflexguard.core.model import as_object
 from reflexguard.dialects.chat_stream import StreamAssembler
 from reflexguard.dialects.native import NATIVE_KEY, Dialect, DialectRequest
@@ -31,18 +32,11 @@ from reflexguard.dialects.native_stream import (
     responses_error_event,
 )
 from reflexguard.http.call import exhausted_message
+from reflexguard.http.client_stream import EVENT_STREAM, ClientGone, ClientStream
 from reflexguard.http.context import GuardContext
 from reflexguard.http.dialect_call import DialectCall, dialect_error, dialect_upstream_error
+from reflexguard.http.sse import STREAM_FAULTS, SseObjects, StreamBroken, sse_lines
 from reflexguard.http.stream_clean import clean_first
-from reflexguard.http.streams import (
-    EVENT_STREAM,
-    STREAM_FAULTS,
-    ClientGone,
-    ClientStream,
-    SseObjects,
-    StreamBroken,
-    sse_lines,
-)
 from reflexguard.http.upstream import UpstreamFailure
 
 Events = MessagesEvents | ResponsesEvents

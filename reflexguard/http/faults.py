@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+from reflexguard.core.attempts import Attempt
 from reflexguard.core.channels import Channel
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.fault_spec import FAULT_CHANNELS, FaultSpec
 from reflexguard.core.inject import UnkeyableRequest, fallback_key, inject, request_key
-from reflexguard.core.ladder import Attempt
 from reflexguard.core.model import JsonObject
 from reflexguard.core.validate import CallRules, validate_reply
 from reflexguard.ops.telemetry import Telemetry

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from reflexguard.core.ladder import Attempt
+from reflexguard.core.attempts import Attempt
 from reflexguard.core.margins import MAX_TOKENS, CallMargin, completion_margins
 from reflexguard.core.model import JsonObject
 from reflexguard.ops.telemetry import Telemetry

@@ -5,8 +5,10 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from reflexguard.core.errors import error_body
+from reflexguard.core.bodies import UndecodableBody
+from reflexguard.core.errors import BadRequest, error_body
 from reflexguard.core.limits import clip
+from reflexguard.http.connections import protocol_error_body
 from reflexguard.http.upstream import UpstreamFailure, UpstreamHTTPError
 
 JSON = "application/json"
@@ -57,3 +59,20 @@ def upstream_error(exc: UpstreamFailure) -> web.Response:
     status = int(getattr(exc, "status", 502))
     code = "upstream_timeout" if status == 504 else "upstream_unavailable"
     return json_error(status, str(exc), code=code)
+
+
+def route_error(path: str, status: int, message: str,
+                code: str | None = "internal") -> web.Response:
+    """An error in the format of the route's dialect: Anthropic's on /v1/messages (an
+    Anthropic SDK reads nothing else), OpenAI's everywhere else (Responses included)."""
+    return web.Response(status=status, body=protocol_error_body(path, status, message, code),
+                        content_type=JSON)
+
+
+def bad_request(exc: BadRequest) -> web.Response:
+    response = web.Response(status=exc.status, body=exc.body(), content_type=JSON)
+    if isinstance(exc, UndecodableBody):
+        # Where this body ends is unknown, so the connection cannot carry another request;
+        # saying so lets clients reconnect instead of losing the requests queued behind.
+        response.force_close()
+    return response

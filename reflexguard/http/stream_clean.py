@@ -11,9 +11,9 @@ compares the two), so the shortcut changes the time after the upstream's last by
 
 from __future__ import annotations
 
+from reflexguard.core.attempts import Attempt, LadderResult
 from reflexguard.core.channels import Channel
 from reflexguard.core.completion import choices_of, reply_of
-from reflexguard.core.ladder import Attempt, LadderResult
 from reflexguard.core.model import CallVerdict, JsonObject, Verdict
 from reflexguard.core.validate import clean_tool_calls
 from reflexguard.http.call import GuardedCall

@@ -17,7 +17,7 @@ import orjson
 import yarl
 
 from reflexguard.core import json_text
-from reflexguard.core.ladder import UpstreamFailure
+from reflexguard.core.attempts import UpstreamFailure
 from reflexguard.core.limits import (
     DEFAULT_MAX_ANSWER_BYTES,
     DEFAULT_MAX_JSON_DEPTH,

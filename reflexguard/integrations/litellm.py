@@ -30,7 +30,7 @@ from reflexguard.api.drive import settle_async, stream_async
 from reflexguard.api.engine import GuardedRequest
 from reflexguard.api.litellm_calls import LITELLM_DOOR
 from reflexguard.api.openai_client import body_params
-from reflexguard.core.ladder import LadderResult
+from reflexguard.core.attempts import LadderResult
 from reflexguard.core.model import JsonObject
 from reflexguard.ops.config import Settings
 

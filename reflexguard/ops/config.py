@@ -28,9 +28,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from reflexguard.core.choice import OnExhausted
 from reflexguard.core.fault_spec import FaultSpec, FaultSpecError, parse_fault_spec
 from reflexguard.core.grounding import DEFAULT_PATTERN
-from reflexguard.core.ladder import MAX_REPAIRS_CEILING, OnExhausted
+from reflexguard.core.ladder import MAX_REPAIRS_CEILING
 from reflexguard.core.limits import (
     DEFAULT_MAX_ANSWER_BYTES,
     DEFAULT_MAX_JSON_DEPTH,

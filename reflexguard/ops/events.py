@@ -14,7 +14,7 @@ from pydantic import Field, TypeAdapter
 # pydantic validates TypedDicts only from typing_extensions before Python 3.12.
 from typing_extensions import TypedDict
 
-from reflexguard.core.ladder import AttemptKind, Outcome
+from reflexguard.core.attempts import AttemptKind, Outcome
 from reflexguard.core.loops import LoopAction
 
 REPAIRED: frozenset[Outcome] = frozenset(

@@ -17,7 +17,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from reflexguard.core.ladder import UpstreamFailure
+from reflexguard.core.attempts import UpstreamFailure
 from reflexguard.ops.otel import SCOPE, Instruments, OtelHooks, RequestTrace, current
 from reflexguard.ops.otel_setup import Providers, process_providers
 from reflexguard.ops.otel_spans import DirectTracer

@@ -23,8 +23,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from reflexguard.core.attempts import Outcome
 from reflexguard.core.channels import Channel
-from reflexguard.core.ladder import Outcome
 
 DEFAULT_TTL = 86_400.0  # Settings.session_ttl's default, for a Telemetry built alone
 SESSION_CAPACITY = 10_000  # local sessions kept (least recently seen dropped first)

@@ -22,8 +22,8 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import values as prometheus_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from reflexguard.core.attempts import Attempt, AttemptKind, Outcome
 from reflexguard.core.channels import Channel
-from reflexguard.core.ladder import Attempt, AttemptKind, Outcome
 from reflexguard.core.limits import clip, safe_label
 from reflexguard.core.loops import LoopReport
 from reflexguard.core.margins import CallMargin
@@ -293,7 +293,7 @@ class Telemetry:
     def outcome(self, outcome: Outcome, fallbacks: list[str], request_id: str,
                 session: str | None, dialect: str = "chat",
                 environment_errors: int | None = None, chosen: str | None = None) -> None:
-        """`chosen`: the attempt the agent got (ladder.chosen_attempt), recorded."""
+        """`chosen`: the attempt the agent got (choice.chosen_attempt), recorded."""
         if session:  # one session-state write per request, never waited on
             self.sessions.finish(request_id, session, outcome, environment_errors)
         if outcome not in ("clean", "observed"):

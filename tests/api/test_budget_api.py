@@ -8,7 +8,7 @@ from typing import Any
 import openai
 
 import reflexguard
-from reflexguard.core.ladder import WITHHELD_TEXT
+from reflexguard.core.choice import WITHHELD_TEXT
 from tests.conftest import chat_body
 from tests.fakes.fake_upstream import FakeUpstream, Scripted, tool_call_completion
 

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from reflexguard.core.attempts import LadderResult, read_attempt
 from reflexguard.core.budget import (
     DEFAULT_ERROR_PATTERN,
     OVER_BUDGET_WITHHELD,
@@ -17,14 +18,9 @@ from reflexguard.core.budget import (
     responses_errors,
     within_budget,
 )
+from reflexguard.core.choice import returned_attempt
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.ladder import (
-    MAX_REPAIRS_CEILING,
-    GuardPolicy,
-    LadderResult,
-    read_attempt,
-    returned_attempt,
-)
+from reflexguard.core.ladder import MAX_REPAIRS_CEILING, GuardPolicy
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules
 from tests.conftest import TOOLS

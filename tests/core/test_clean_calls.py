@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from reflexguard.core.attempts import read_attempt
 from reflexguard.core.grounding import DEFAULT_PATTERN, collect_sources
-from reflexguard.core.ladder import read_attempt
 from reflexguard.core.model import JsonObject, ToolChoice
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules, clean_tool_calls

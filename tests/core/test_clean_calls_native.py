@@ -16,15 +16,16 @@ from typing import Any
 
 import pytest
 
+from reflexguard.core.attempts import read_attempt
 from reflexguard.core.grounding import DEFAULT_PATTERN
-from reflexguard.core.ladder import read_attempt
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules
 from reflexguard.dialects.chat_request import GroundingPolicy
 from reflexguard.dialects.messages import MESSAGES
-from reflexguard.dialects.native import Dialect, dialect_request
+from reflexguard.dialects.native import Dialect
 from reflexguard.dialects.native_clean import clean_messages_calls, clean_responses_calls
+from reflexguard.dialects.reader import dialect_request
 from reflexguard.dialects.responses import RESPONSES
 from tests.fakes.native_replies import (
     anthropic_call,

@@ -20,13 +20,10 @@ from reflexguard.core.history import (
     object_replacement,
     replacement,
 )
-from reflexguard.dialects.history import (
-    clean_history,
-    needs_work,
-    repair_chat,
-    repair_messages,
-    repair_responses,
-)
+from reflexguard.dialects.history import clean_history, needs_work
+from reflexguard.dialects.history_chat import repair_chat
+from reflexguard.dialects.history_messages import repair_messages
+from reflexguard.dialects.history_responses import repair_responses
 
 GOOD = '{"order_id": "#W1", "detail": "full"}'
 

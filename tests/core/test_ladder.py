@@ -7,19 +7,10 @@ import json
 import re
 from typing import Any
 
+from reflexguard.core.attempts import Attempt, LadderResult, UpstreamFailure, read_attempt
+from reflexguard.core.choice import WITHHELD_TEXT, agent_completion, returned_attempt, withholds
 from reflexguard.core.grounding import DEFAULT_PATTERN, collect_sources
-from reflexguard.core.ladder import (
-    WITHHELD_TEXT,
-    Attempt,
-    GuardPolicy,
-    LadderResult,
-    UpstreamFailure,
-    agent_completion,
-    read_attempt,
-    returned_attempt,
-    run_ladder,
-    withholds,
-)
+from reflexguard.core.ladder import GuardPolicy, run_ladder
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules

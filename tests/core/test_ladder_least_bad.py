@@ -6,17 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reflexguard.core.attempts import LadderResult, read_attempt
+from reflexguard.core.choice import badness, chosen_attempt, returned_attempt, settle_choice
 from reflexguard.core.fixes import FixPolicy
-from reflexguard.core.ladder import (
-    GuardPolicy,
-    LadderResult,
-    badness,
-    chosen_attempt,
-    read_attempt,
-    returned_attempt,
-    run_ladder,
-    settle_choice,
-)
+from reflexguard.core.ladder import GuardPolicy, run_ladder
 from reflexguard.core.model import JsonObject
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules

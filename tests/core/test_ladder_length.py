@@ -8,13 +8,9 @@ from typing import Any
 
 import orjson
 
+from reflexguard.core.attempts import read_attempt
 from reflexguard.core.fixes import FixPolicy
-from reflexguard.core.ladder import (
-    MAX_REASK_REPLY_CHARS,
-    GuardPolicy,
-    read_attempt,
-    run_ladder,
-)
+from reflexguard.core.ladder import MAX_REASK_REPLY_CHARS, GuardPolicy, run_ladder
 from reflexguard.core.model import JsonObject
 from reflexguard.core.repair import (
     REASK_TOKENS_CEILING,

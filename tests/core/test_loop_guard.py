@@ -7,14 +7,9 @@ import copy
 import json
 from typing import Any
 
-from reflexguard.core.ladder import (
-    GuardPolicy,
-    LadderResult,
-    UpstreamFailure,
-    agent_completion,
-    returned_attempt,
-    run_ladder,
-)
+from reflexguard.core.attempts import LadderResult, UpstreamFailure
+from reflexguard.core.choice import agent_completion, returned_attempt
+from reflexguard.core.ladder import GuardPolicy, run_ladder
 from reflexguard.core.loop_guard import KEPT, LoopPolicy, guard_loops, settled_without_reask
 from reflexguard.core.loops import LoopIndex, scan
 from reflexguard.core.model import JsonObject, ToolChoice

@@ -3,7 +3,8 @@ reply, the agent gets reflexguard's text answer instead, labelled, and nothing e
 
 from __future__ import annotations
 
-from reflexguard.core.ladder import UpstreamFailure, agent_completion, returned_attempt
+from reflexguard.core.attempts import UpstreamFailure
+from reflexguard.core.choice import agent_completion, returned_attempt
 from reflexguard.core.loop_guard import KEPT, STOPPED
 from reflexguard.core.model import ToolChoice
 from reflexguard.core.validate import CallRules

@@ -7,16 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reflexguard.core.attempts import Attempt
 from reflexguard.core.channels import Channel
+from reflexguard.core.choice import agent_completion
 from reflexguard.core.feedback import NO_FIT_INSTRUCTION
 from reflexguard.core.fit import argument_keys, no_tool_fits, offered_parameters
-from reflexguard.core.ladder import (
-    MAX_REASK_REPLY_CHARS,
-    Attempt,
-    GuardPolicy,
-    agent_completion,
-    run_ladder,
-)
+from reflexguard.core.ladder import MAX_REASK_REPLY_CHARS, GuardPolicy, run_ladder
 from reflexguard.core.model import CallVerdict, Reply, ToolCall, ToolChoice, Verdict
 from reflexguard.core.repair import ABSTAIN_SCHEMA, call_feedback, constrain, reask_body
 from reflexguard.core.toolset import ToolSetCache

@@ -11,7 +11,8 @@ import pytest
 
 from reflexguard.core.channels import Channel
 from reflexguard.core.model import Reply, ToolCall
-from reflexguard.core.toolset import InvalidToolSchema, ToolSetCache
+from reflexguard.core.tool_records import InvalidToolSchema
+from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import CallRules, validate_reply
 
 

@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from reflexguard.core.toolset import CompileNeeded, InvalidToolSchema, ToolSetCache
+from reflexguard.core.tool_records import InvalidToolSchema
+from reflexguard.core.toolset import CompileNeeded, ToolSetCache
 
 TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {"name": "t", "parameters": {
     "type": "object", "properties": {"x": {"type": "string"}}}}}]

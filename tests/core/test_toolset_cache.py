@@ -14,9 +14,12 @@ from reflexguard.core import toolset as toolset_module
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.limits import depth_exceeds
 from reflexguard.core.model import Reply, ToolCall
-from reflexguard.core.toolset import ToolSetCache, ToolsTooDeep, nesting_depth
+from reflexguard.core.tool_compile import nesting_depth
+from reflexguard.core.tool_records import ToolsTooDeep
+from reflexguard.core.toolset import ToolSetCache
 from reflexguard.core.validate import validate_reply
-from reflexguard.dialects.chat_request import GroundingPolicy, read_request
+from reflexguard.dialects.chat_request import CHAT, GroundingPolicy
+from reflexguard.dialects.reader import read_request
 
 NO_GROUNDING = GroundingPolicy()
 
@@ -64,7 +67,7 @@ def raw_request(tools: Any, indent: int | None = None, **extra: Any) -> bytes:
 
 
 def verdicts(raw: bytes, cache: ToolSetCache) -> list[Any]:
-    rules = read_request(raw, cache, NO_GROUNDING).rules
+    rules = read_request(raw, CHAT, cache, NO_GROUNDING).rules
     assert rules is not None
     return [validate_reply(Reply(tool_calls=(ToolCall(id="c", name=n, arguments=a),)), rules)
             for n, a in CALLS]
@@ -74,7 +77,7 @@ def test_key_order_and_whitespace_share_one_compiled_set_and_every_verdict() -> 
     cache = ToolSetCache()
     variants = [raw_request(TOOLS), raw_request(TOOLS, indent=2),
                 raw_request(reversed_keys(TOOLS)), raw_request(reversed_keys(TOOLS), indent=4)]
-    sets = [read_request(raw, cache, NO_GROUNDING).rules for raw in variants]
+    sets = [read_request(raw, CHAT, cache, NO_GROUNDING).rules for raw in variants]
     assert all(rules is not None and rules.toolset is sets[0].toolset  # type: ignore[union-attr]
                for rules in sets)
     assert cache.misses == 1
@@ -99,7 +102,7 @@ def test_a_hit_neither_walks_nor_hashes_the_schemas(monkeypatch: pytest.MonkeyPa
     cache = ToolSetCache()
     raw = raw_request(TOOLS)
     limit = 10  # low enough that the body's brackets call for a depth walk
-    read_request(raw, cache, NO_GROUNDING, max_depth=limit)
+    read_request(raw, CHAT, cache, NO_GROUNDING, max_depth=limit)
 
     def per_request_work(*_: object) -> Any:
         raise AssertionError("tool-set work done again on a hit")
@@ -114,7 +117,7 @@ def test_a_hit_neither_walks_nor_hashes_the_schemas(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(toolset_module, "nesting_depth", per_request_work)
     monkeypatch.setattr(toolset_module, "tool_set_digest", per_request_work)
     monkeypatch.setattr("reflexguard.dialects.chat_request.depth_exceeds", walk_without_tools)
-    assert read_request(raw, cache, NO_GROUNDING, max_depth=limit).rules is not None
+    assert read_request(raw, CHAT, cache, NO_GROUNDING, max_depth=limit).rules is not None
     assert cache.hits == 1
 
 
@@ -146,14 +149,14 @@ def test_tools_obey_the_body_nesting_limit_cold_and_cached(limit: int) -> None:
     for levels in range(limit - 12, limit - 2):
         raw = raw_request([tool("deep", {"x": schema_nesting(levels)}, ["x"])])
         too_deep = depth_exceeds(orjson.loads(raw), limit)
-        read_request(raw, warm, NO_GROUNDING, max_depth=100)  # cached under a looser limit
+        read_request(raw, CHAT, warm, NO_GROUNDING, max_depth=100)  # cached under a looser limit
         for cache in (ToolSetCache(), warm):
             if too_deep:
                 with pytest.raises(BadRequest) as refused:
-                    read_request(raw, cache, NO_GROUNDING, max_depth=limit)
+                    read_request(raw, CHAT, cache, NO_GROUNDING, max_depth=limit)
                 assert refused.value.code == "nesting_too_deep"
             else:
-                assert read_request(raw, cache, NO_GROUNDING, max_depth=limit).guarded
+                assert read_request(raw, CHAT, cache, NO_GROUNDING, max_depth=limit).guarded
     assert any(depth_exceeds(orjson.loads(raw_request([tool("d", {"x": schema_nesting(n)},
                                                                 ["x"])])), limit)
                for n in range(limit - 12, limit - 2))  # the range crosses the limit
@@ -162,14 +165,14 @@ def test_tools_obey_the_body_nesting_limit_cold_and_cached(limit: int) -> None:
 def test_the_rest_of_the_body_is_still_walked() -> None:
     raw = raw_request(TOOLS, metadata=json.loads("[" * 150 + "]" * 150))
     with pytest.raises(BadRequest) as refused:
-        read_request(raw, ToolSetCache(), NO_GROUNDING)
+        read_request(raw, CHAT, ToolSetCache(), NO_GROUNDING)
     assert refused.value.code == "nesting_too_deep"
 
 
 def test_tools_deeper_than_orjson_writes_are_refused_as_too_deep() -> None:
     raw = raw_request([tool("deep", {"x": schema_nesting(300)}, ["x"])])
     with pytest.raises(BadRequest) as refused:
-        read_request(raw, ToolSetCache(), NO_GROUNDING, max_depth=200)
+        read_request(raw, CHAT, ToolSetCache(), NO_GROUNDING, max_depth=200)
     assert refused.value.code == "nesting_too_deep"
     with pytest.raises(ToolsTooDeep):
         ToolSetCache().get(orjson.loads(raw)["tools"], max_depth=199)

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reflexguard.core.channels import Channel
+from reflexguard.core.choice import returned_attempt, withholds
 from reflexguard.core.fixes import FixPolicy, apply_fixes
-from reflexguard.core.ladder import GuardPolicy, returned_attempt, run_ladder, withholds
+from reflexguard.core.ladder import GuardPolicy, run_ladder
 from reflexguard.core.model import Reply, ToolCall
 from reflexguard.core.repair import reask_body
 from reflexguard.core.toolset import ToolSetCache

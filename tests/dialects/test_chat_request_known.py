@@ -1,7 +1,7 @@
 """Reading a chat request whose tools list the cache already holds (issue 23).
 
 `read_request` first looks for a held list right after the body's first `"tools":`
-(dialects/chat_request.py, `known_tools`), compares its bytes, and parses only the rest,
+(dialects/known_tools.py, `KnownTools.find`), compares its bytes, and parses only the rest,
 with a random stand-in in the list's place that must come back as the body's own `tools`.
 Whatever the body, a warm cache must read it as the full parse reads it: the same body,
 tool set, rules and errors. Several bodies below are built to fool the shortcut (the held
@@ -18,17 +18,20 @@ import orjson
 import pytest
 
 from reflexguard.core.errors import BadRequest
-from reflexguard.core.toolset import KEY_PREFIX, ToolSetCache
+from reflexguard.core.limits import DEFAULT_MAX_JSON_DEPTH
+from reflexguard.core.toolset import ToolSetCache
+from reflexguard.dialects import known_tools
 from reflexguard.dialects.chat_request import (
+    CHAT,
     RULES_PER_TOOLSET,
     GroundingPolicy,
-    known_tools,
+    check_messages,
     parse_body,
-    read_request,
     request_of,
 )
-from reflexguard.dialects.chat_request import _check_messages as check_messages
 from reflexguard.dialects.history import has_calls, repaired
+from reflexguard.dialects.known_tools import KEY_PREFIX, Found, KnownTools, ShelfBounds
+from reflexguard.dialects.reader import read_request
 from tests.conftest import TOOLS, chat_body
 
 PLAIN = GroundingPolicy()
@@ -39,8 +42,12 @@ OTHER = [{"type": "function", "function": {"name": "other", "parameters": {
 
 def warm() -> ToolSetCache:
     cache = ToolSetCache()
-    read_request(orjson.dumps(chat_body()), cache, PLAIN)
+    read_request(orjson.dumps(chat_body()), CHAT, cache, PLAIN)
     return cache
+
+
+def found(raw: bytes, known: KnownTools) -> Found | None:
+    return known.find(raw, "chat", DEFAULT_MAX_JSON_DEPTH)
 
 
 def full_read(raw: bytes) -> Any:
@@ -95,11 +102,11 @@ def test_a_warm_cache_reads_every_body_as_the_full_reading(name: str) -> None:
         full = full_read(raw)
     except BadRequest as refused:
         with pytest.raises(BadRequest) as caught:
-            read_request(raw, warm(), PLAIN)
+            read_request(raw, CHAT, warm(), PLAIN)
         assert (str(caught.value), caught.value.param, caught.value.code) == (
             str(refused), refused.param, refused.code)
         return
-    known = read_request(raw, warm(), PLAIN)
+    known = read_request(raw, CHAT, warm(), PLAIN)
     assert known.body == full.body == orjson.loads(raw)
     assert list(known.body) == list(full.body)  # every key in its place
     assert (known.model, known.stream, known.guarded) == (full.model, full.stream,
@@ -112,13 +119,13 @@ def test_a_warm_cache_reads_every_body_as_the_full_reading(name: str) -> None:
         repaired(full.body, "chat") is None
 
 
-def test_the_shortcut_takes_a_held_list_and_declines_the_decoys() -> None:
+def test_the_shortcut_takes_a_held_list_and_declines_the_decoys(fresh: KnownTools) -> None:
     cache = warm()
     for name in ("compact", "spaced", "tools first", "newlines around the colon"):
-        read_request(BODIES[name], cache, PLAIN)  # its spelling of the list, now held
-        found = known_tools(BODIES[name], cache)
-        assert found is not None, name
-        fields, tools, at = found
+        read_request(BODIES[name], CHAT, cache, PLAIN)  # its spelling of the list, now held
+        held = found(BODIES[name], fresh)
+        assert held is not None, name
+        fields, _, tools, at = held
         assert orjson.loads(tools) == TOOLS and fields["tools"] is None
         assert BODIES[name][at:at + len(tools)] == tools
     for name in ("held list inside a message first",
@@ -127,7 +134,7 @@ def test_the_shortcut_takes_a_held_list_and_declines_the_decoys() -> None:
                  "held first, another list last (last wins)",
                  "escaped key for the real tools", "held list inside a longer list",
                  "held list then trailing garbage"):
-        assert known_tools(BODIES[name], cache) is None, name
+        assert found(BODIES[name], fresh) is None, name
 
 
 def test_a_known_read_skips_the_tools_when_scanning_for_historical_calls() -> None:
@@ -137,48 +144,50 @@ def test_a_known_read_skips_the_tools_when_scanning_for_historical_calls() -> No
         "type": "object", "properties": {"tool_calls": {"type": "string"}}}}}]
     raw = orjson.dumps(chat_body(tools=tools))
     cache = ToolSetCache()
-    read_request(raw, cache, PLAIN)
-    chat = read_request(raw, cache, PLAIN)
+    read_request(raw, CHAT, cache, PLAIN)
+    chat = read_request(raw, CHAT, cache, PLAIN)
     assert chat.tools_span is not None
     assert has_calls(raw, "chat") and not has_calls(raw, "chat", chat.tools_span)
     assert repaired(chat.fields, "chat", chat.tools_raw) is None
     history = BODIES["tool_calls in the conversation"]
-    read = read_request(history, warm(), PLAIN)
+    read = read_request(history, CHAT, warm(), PLAIN)
     assert read.tools_span is not None and has_calls(history, "chat", read.tools_span)
     assert repaired(read.fields, "chat", read.tools_raw) is not None
 
 
-def test_lists_sharing_their_leading_bytes_are_each_found() -> None:
+def test_lists_sharing_their_leading_bytes_are_each_found(fresh: KnownTools) -> None:
     """Tool sets that differ only in a later tool share the looked-up prefix."""
     cache = ToolSetCache()
     first, second = TOOLS, [*TOOLS, *OTHER]
     assert orjson.dumps(first)[:KEY_PREFIX] == orjson.dumps(second)[:KEY_PREFIX]
     for tools in (first, second):
-        read_request(orjson.dumps(chat_body(tools=tools)), cache, PLAIN)
+        read_request(orjson.dumps(chat_body(tools=tools)), CHAT, cache, PLAIN)
     for tools in (first, second, first):
         raw = orjson.dumps(chat_body(tools=tools))
-        found = known_tools(raw, cache)
-        assert found is not None and found[1] == orjson.dumps(tools)
-        chat = read_request(raw, cache, PLAIN)
+        held = found(raw, fresh)
+        assert held is not None and held[2] == orjson.dumps(tools)
+        chat = read_request(raw, CHAT, cache, PLAIN)
         assert chat.rules is not None and chat.body == orjson.loads(raw)
         assert chat.rules.toolset.names == [t["function"]["name"] for t in tools]
 
 
-def test_an_evicted_list_is_no_longer_found() -> None:
-    cache = ToolSetCache(capacity=1)
-    read_request(orjson.dumps(chat_body()), cache, PLAIN)
-    assert known_tools(orjson.dumps(chat_body()), cache) is not None
-    read_request(orjson.dumps(chat_body(tools=OTHER)), cache, PLAIN)
-    assert known_tools(orjson.dumps(chat_body()), cache) is None
-    assert cache.known_lists(HELD[:KEY_PREFIX]) == []
+def test_an_evicted_list_is_no_longer_found(monkeypatch: pytest.MonkeyPatch,
+                                            fresh: KnownTools) -> None:
+    monkeypatch.setattr(known_tools, "BYTES_BOUNDS", ShelfBounds(1, 1 << 20, 1 << 20))
+    cache = ToolSetCache()
+    read_request(orjson.dumps(chat_body()), CHAT, cache, PLAIN)
+    assert found(orjson.dumps(chat_body()), fresh) is not None
+    read_request(orjson.dumps(chat_body(tools=OTHER)), CHAT, cache, PLAIN)
+    assert found(orjson.dumps(chat_body()), fresh) is None
+    assert fresh.indexed() == fresh.held() == {("chat", orjson.dumps(OTHER))}
 
 
 def test_requests_with_the_same_choice_share_their_rules_and_others_do_not() -> None:
     cache = ToolSetCache()
-    auto = [read_request(orjson.dumps(chat_body()), cache, PLAIN).rules for _ in range(2)]
+    auto = [read_request(orjson.dumps(chat_body()), CHAT, cache, PLAIN).rules for _ in range(2)]
     named = read_request(orjson.dumps(chat_body(tool_choice={
-        "type": "function", "function": {"name": "cancel_order"}})), cache, PLAIN).rules
-    serial = read_request(orjson.dumps(chat_body(parallel_tool_calls=False)), cache,
+        "type": "function", "function": {"name": "cancel_order"}})), CHAT, cache, PLAIN).rules
+    serial = read_request(orjson.dumps(chat_body(parallel_tool_calls=False)), CHAT, cache,
                           PLAIN).rules
     assert auto[0] is auto[1]
     assert named is not None and named.tool_choice.name == "cancel_order"
@@ -186,5 +195,5 @@ def test_requests_with_the_same_choice_share_their_rules_and_others_do_not() -> 
     assert auto[0] is not None and auto[0].tool_choice.mode == "auto"
     for n in range(100):  # a client's names are not kept without bound
         read_request(orjson.dumps(chat_body(tool_choice={
-            "type": "function", "function": {"name": f"n{n}"}})), cache, PLAIN)
+            "type": "function", "function": {"name": f"n{n}"}})), CHAT, cache, PLAIN)
     assert len(auto[0].toolset.rules) <= RULES_PER_TOOLSET

@@ -1,8 +1,8 @@
 """Reading a chat request with its tools list split off the client's bytes.
 
 `read_request` looks the tool set up by the tools list's own bytes and parses the rest
-(dialects/chat_request.py, `split_tools`). Whatever the body, it must read as the full
-parse reads it: the same body, the same tool set and rules, the same errors.
+(dialects/reader.py, with chat_request.py's `split_tools`). Whatever the body, it must read
+as the full parse reads it: the same body, the same tool set and rules, the same errors.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import pytest
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.toolset import ToolSetCache
 from reflexguard.dialects.chat_request import (
+    CHAT,
     GroundingPolicy,
+    check_messages,
     parse_body,
-    read_request,
     request_of,
     split_tools,
 )
-from reflexguard.dialects.chat_request import _check_messages as check_messages
+from reflexguard.dialects.reader import read_request
 from tests.conftest import TOOLS, chat_body
 
 PLAIN = GroundingPolicy()
@@ -58,7 +59,7 @@ BODIES: dict[str, bytes] = {
 @pytest.mark.parametrize("name", list(BODIES))
 def test_the_split_reading_equals_the_full_reading(name: str) -> None:
     raw = BODIES[name]
-    split, full = read_request(raw, ToolSetCache(), PLAIN), full_read(raw)
+    split, full = read_request(raw, CHAT, ToolSetCache(), PLAIN), full_read(raw)
     assert split.body == full.body == orjson.loads(raw)
     assert (split.model, split.stream, split.guarded) == (full.model, full.stream, full.guarded)
     if full.rules is not None:
@@ -70,7 +71,7 @@ def test_the_split_reading_equals_the_full_reading(name: str) -> None:
 
 def test_a_split_request_parses_its_tools_only_when_the_body_is_asked_for() -> None:
     raw = BODIES["spaced"]
-    chat = read_request(raw, ToolSetCache(), PLAIN)
+    chat = read_request(raw, CHAT, ToolSetCache(), PLAIN)
     assert chat.tools_raw is not None and chat.fields["tools"] is None
     assert list(chat.body) == list(orjson.loads(raw))  # the tools in their own place
     assert chat.body["tools"] == TOOLS and chat.fields["tools"] is None
@@ -83,8 +84,8 @@ def test_a_list_its_prefix_repeats_is_not_split() -> None:
 
 def test_the_tool_set_is_found_by_the_clients_bytes_and_shared_across_spellings() -> None:
     cache = ToolSetCache()
-    first = read_request(BODIES["compact"], cache, PLAIN)
-    second = read_request(BODIES["spaced"], cache, PLAIN)
+    first = read_request(BODIES["compact"], CHAT, cache, PLAIN)
+    second = read_request(BODIES["spaced"], CHAT, cache, PLAIN)
     assert first.rules is not None and second.rules is not None
     assert first.rules.toolset is second.rules.toolset
     assert cache.misses == 1
@@ -105,7 +106,7 @@ ERRORS: dict[str, tuple[bytes, str]] = {
 def test_the_split_reading_refuses_what_the_full_reading_refuses(name: str) -> None:
     raw, words = ERRORS[name]
     with pytest.raises(BadRequest) as split:
-        read_request(raw, ToolSetCache(), PLAIN)
+        read_request(raw, CHAT, ToolSetCache(), PLAIN)
     with pytest.raises(BadRequest) as full:
         full_read(raw)
     assert words in str(split.value)
@@ -120,5 +121,5 @@ def test_depth_is_still_checked_outside_the_tools() -> None:
     raw = orjson.dumps(chat_body(metadata=deep))
     assert split_tools(raw) is not None
     with pytest.raises(BadRequest) as caught:
-        read_request(raw, ToolSetCache(), PLAIN, 100)
+        read_request(raw, CHAT, ToolSetCache(), PLAIN, 100)
     assert caught.value.code == "nesting_too_deep"

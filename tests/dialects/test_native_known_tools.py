@@ -1,4 +1,4 @@
-"""A native request whose tools list was seen before (native.KnownTools) reads exactly as
+"""A native request whose tools list was seen before (known_tools.KnownTools) reads exactly as
 its full reading does: the same body, chat view, dropped fields, rules and errors; only
 what the full reading accepted is learned, and any doubt goes back to it (issue 23)."""
 
@@ -12,11 +12,14 @@ import pytest
 
 from reflexguard.core.errors import BadRequest
 from reflexguard.core.toolset import ToolSetCache
-from reflexguard.dialects import native
+from reflexguard.dialects import reader
 from reflexguard.dialects.chat_request import GroundingPolicy, parse_body
+from reflexguard.dialects.known_tools import PARSED_BOUNDS, KnownTools
 from reflexguard.dialects.messages import MESSAGES
-from reflexguard.dialects.native import Dialect, DialectRequest, KnownTools, read_dialect_request
+from reflexguard.dialects.native import Dialect
+from reflexguard.dialects.reader import read_request
 from reflexguard.dialects.responses import RESPONSES
+from tests.dialects.known import seen
 from tests.http.dialect_fixtures import messages_body, responses_body
 
 GROUNDING = GroundingPolicy()
@@ -43,19 +46,6 @@ BODIES: dict[str, tuple[Dialect, dict[str, Any]]] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch: pytest.MonkeyPatch) -> KnownTools:
-    known = KnownTools()
-    monkeypatch.setattr(native, "KNOWN_TOOLS", known)
-    return known
-
-
-def seen(request: DialectRequest) -> tuple[Any, ...]:
-    rules = request.chat.rules
-    return (request.body, request.chat.fields, request.dropped, request.chat.model,
-            request.chat.stream, request.guarded,
-            None if rules is None else (rules.toolset.digest, rules.tool_choice,
-                                        rules.parallel_tool_calls))
 
 
 def raw_of(body: dict[str, Any], pretty: bool = False) -> bytes:
@@ -69,30 +59,30 @@ def test_a_known_list_reads_as_the_full_reading(
     dialect, body = BODIES[case]
     raw = raw_of(body, pretty)
     cache = ToolSetCache()
-    first = read_dialect_request(raw, dialect, cache, GROUNDING)
-    assert len(fresh._known) == 1  # learned from the full reading
-    full_reading = native.dialect_request
+    first = read_request(raw, dialect, cache, GROUNDING)
+    assert len(fresh.held()) == 1  # learned from the full reading
+    full_reading = reader._parsed
 
     def not_again(*_: Any) -> Any:
         raise AssertionError("read in full although its tools are known")
 
-    monkeypatch.setattr(native, "dialect_request", not_again)
-    later = read_dialect_request(raw, dialect, cache, GROUNDING)
+    monkeypatch.setattr(reader, "_parsed", not_again)
+    later = read_request(raw, dialect, cache, GROUNDING)
     assert seen(later) == seen(first)
     assert list(later.body) == list(body)  # the keys in the client's order
-    monkeypatch.setattr(native, "dialect_request", full_reading)
+    monkeypatch.setattr(reader, "_parsed", full_reading)
     # A later turn: the same tools, a longer conversation.
     turn = raw_of({**body, "max_tokens": 99, "metadata": {"user_id": "u-1"}}, pretty)
-    monkeypatch.setattr(native, "dialect_request", not_again)
-    known = read_dialect_request(turn, dialect, cache, GROUNDING)
-    monkeypatch.setattr(native, "dialect_request", full_reading)
-    assert seen(known) == seen(native.dialect_request(orjson.loads(turn), dialect, cache,
+    monkeypatch.setattr(reader, "_parsed", not_again)
+    known = read_request(turn, dialect, cache, GROUNDING)
+    monkeypatch.setattr(reader, "_parsed", full_reading)
+    assert seen(known) == seen(reader.dialect_request(orjson.loads(turn), dialect, cache,
                                                       GROUNDING))
 
 
 def error(raw: bytes, dialect: Dialect) -> tuple[str, str | None, str | None]:
     with pytest.raises(BadRequest) as caught:
-        read_dialect_request(raw, dialect, ToolSetCache(), GROUNDING)
+        read_request(raw, dialect, ToolSetCache(), GROUNDING)
     return str(caught.value), caught.value.param, caught.value.code
 
 
@@ -114,20 +104,20 @@ def test_a_known_list_in_a_bad_request_gets_the_full_readings_error(
     bad = raw_of({**body, **BROKEN[broken][case]})
     if broken == "nesting past the limit":
         expected = _deep_error(bad, dialect)
-        read_dialect_request(raw_of(body), dialect, ToolSetCache(), GROUNDING)  # learned
+        read_request(raw_of(body), dialect, ToolSetCache(), GROUNDING)  # learned
         with pytest.raises(BadRequest) as caught:
-            read_dialect_request(bad, dialect, ToolSetCache(), GROUNDING, max_depth=8)
+            read_request(bad, dialect, ToolSetCache(), GROUNDING, max_depth=8)
         assert (str(caught.value), caught.value.code) == expected
         return
     before = error(bad, dialect)  # nothing known yet: the full reading's words
-    read_dialect_request(raw_of(body), dialect, ToolSetCache(), GROUNDING)
-    assert len(fresh._known) == 1
+    read_request(raw_of(body), dialect, ToolSetCache(), GROUNDING)
+    assert len(fresh.held()) == 1
     assert error(bad, dialect) == before
 
 
 def _deep_error(raw: bytes, dialect: Dialect) -> tuple[str, str | None]:
     with pytest.raises(BadRequest) as caught:
-        native.dialect_request(parse_body(raw, 8), dialect, ToolSetCache(), GROUNDING)
+        reader.dialect_request(parse_body(raw, 8), dialect, ToolSetCache(), GROUNDING)
     return str(caught.value), caught.value.code
 
 
@@ -138,8 +128,8 @@ def test_a_list_past_the_depth_limit_is_never_learned(fresh: KnownTools) -> None
         deep = {"type": "object", "properties": {"x": deep}}
     body["tools"][0]["input_schema"] = deep
     with pytest.raises(BadRequest):
-        read_dialect_request(raw_of(body), MESSAGES, ToolSetCache(), GROUNDING, max_depth=12)
-    assert len(fresh._known) == 0
+        read_request(raw_of(body), MESSAGES, ToolSetCache(), GROUNDING, max_depth=12)
+    assert len(fresh.held()) == 0
 
 
 def test_a_key_given_twice_is_left_to_the_full_reading(fresh: KnownTools) -> None:
@@ -147,12 +137,12 @@ def test_a_key_given_twice_is_left_to_the_full_reading(fresh: KnownTools) -> Non
     not answer for the body, whose list is the second."""
     cache = ToolSetCache()
     body = messages_body()
-    read_dialect_request(raw_of(body), MESSAGES, cache, GROUNDING)
+    read_request(raw_of(body), MESSAGES, cache, GROUNDING)
     tools = raw_of(body["tools"])
     other = raw_of(body["tools"][:1])
     twice = raw_of(body)[:-1] + b',"tools":' + other + b"}"
     assert tools in twice
-    request = read_dialect_request(twice, MESSAGES, cache, GROUNDING)
+    request = read_request(twice, MESSAGES, cache, GROUNDING)
     assert request.body["tools"] == body["tools"][:1]
     assert request.chat.rules is not None
     assert list(request.chat.rules.toolset.names) == [body["tools"][0]["name"]]
@@ -160,19 +150,19 @@ def test_a_key_given_twice_is_left_to_the_full_reading(fresh: KnownTools) -> Non
 
 def test_known_lists_are_bounded(fresh: KnownTools) -> None:
     cache = ToolSetCache()
-    for n in range(native.KNOWN_TOOLS_ENTRIES + 5):
+    for n in range(PARSED_BOUNDS.lists + 5):
         tools = [{**messages_body()["tools"][0], "description": f"variant {n}"}]
-        read_dialect_request(raw_of(messages_body(tools=tools, system=LONG)), MESSAGES, cache,
+        read_request(raw_of(messages_body(tools=tools, system=LONG)), MESSAGES, cache,
                              GROUNDING)
-    assert len(fresh._known) == native.KNOWN_TOOLS_ENTRIES
+    assert len(fresh.held()) == PARSED_BOUNDS.lists
 
 
 def test_a_list_past_the_byte_bound_is_read_in_full_and_never_held(fresh: KnownTools) -> None:
     cache = ToolSetCache()
     tool = {**messages_body()["tools"][0],
-            "description": "x" * (native.KNOWN_TOOLS_MAX_BYTES + 1)}
+            "description": "x" * (PARSED_BOUNDS.list_bytes + 1)}
     body = messages_body(tools=[tool], system=LONG)
     for _ in range(2):
-        request = read_dialect_request(raw_of(body), MESSAGES, cache, GROUNDING)
+        request = read_request(raw_of(body), MESSAGES, cache, GROUNDING)
         assert request.body["tools"] == [tool]
-    assert not fresh._known and not fresh._by_prefix
+    assert not fresh.held() and not fresh.indexed()

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reflexguard.core.ladder import WITHHELD_TEXT
+from reflexguard.core.choice import WITHHELD_TEXT
 from reflexguard.core.toolset import CompileNeeded
-from reflexguard.dialects.chat_request import read_request
+from reflexguard.dialects.chat_request import CHAT
+from reflexguard.dialects.reader import read_request
 from reflexguard.http.app import GUARD_KEY
 from reflexguard.http.call import GuardedCall
 from tests.conftest import chat_body
@@ -289,10 +290,10 @@ async def test_the_call_records_the_failures_the_environment_reported(fake, prox
     routes = client.server.app[GUARD_KEY]
     raw = json.dumps(conversation(2)).encode()
     try:
-        chat = read_request(raw, routes.toolsets, routes.grounding)
+        chat = read_request(raw, CHAT, routes.toolsets, routes.grounding)
     except CompileNeeded as miss:  # a new tool set compiles off the loop, as the edge does
         await routes.compile_tools(miss)
-        chat = read_request(raw, routes.toolsets, routes.grounding)
+        chat = read_request(raw, CHAT, routes.toolsets, routes.grounding)
     call = GuardedCall(routes, chat, b"", {}, None, 0.0)
     assert call.environment_errors == 0 and call.budget_headers() == {}
     call.read_budget(None)  # no header, no setting: nothing is read

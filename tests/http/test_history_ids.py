@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 
 from reflexguard.core.history import id_key
-from reflexguard.dialects.history import needs_work, repair_chat, repair_messages, repair_responses
+from reflexguard.dialects.history import needs_work
+from reflexguard.dialects.history_chat import repair_chat
+from reflexguard.dialects.history_messages import repair_messages
+from reflexguard.dialects.history_responses import repair_responses
 from tests.conftest import chat_body
 from tests.fakes.fake_upstream import Scripted, text_completion
 from tests.fakes.native_replies import anthropic_message, message_item, openai_response, text_block

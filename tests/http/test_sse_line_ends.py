@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from reflexguard.http.streams import SseLines
+from reflexguard.http.sse import SseLines
 from tests.conftest import chat_body
 from tests.fakes.native_replies import (
     anthropic_call,

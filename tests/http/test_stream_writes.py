@@ -19,7 +19,8 @@ import pytest
 
 import reflexguard.http.streams as streams
 from bench.perf.chunks import stream_chunks
-from reflexguard.http.streams import SseLines, StreamBroken
+from reflexguard.http.client_stream import ClientStream
+from reflexguard.http.sse import SseLines, StreamBroken
 from tests.conftest import chat_body
 from tests.fakes.fake_upstream import text_completion, tool_call_completion
 from tests.fakes.native_replies import (
@@ -48,18 +49,18 @@ def chat_events(completion: dict[str, Any]) -> list[bytes]:
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bytes]]:
     """Every write reflexguard makes to the agent: ("write", bytes) or ("end", bytes)."""
     seen: list[tuple[str, bytes]] = []
-    write, end = streams.ClientStream.write, streams.ClientStream.end
+    write, end = ClientStream.write, ClientStream.end
 
-    async def counted_write(self: streams.ClientStream, data: bytes) -> None:
+    async def counted_write(self: ClientStream, data: bytes) -> None:
         seen.append(("write", data))
         await write(self, data)
 
-    async def counted_end(self: streams.ClientStream, data: bytes = b"") -> Any:
+    async def counted_end(self: ClientStream, data: bytes = b"") -> Any:
         seen.append(("end", data))
         return await (end(self, data) if data else end(self))
 
-    monkeypatch.setattr(streams.ClientStream, "write", counted_write)
-    monkeypatch.setattr(streams.ClientStream, "end", counted_end)
+    monkeypatch.setattr(ClientStream, "write", counted_write)
+    monkeypatch.setattr(ClientStream, "end", counted_end)
     return seen
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from reflexguard.core.attempts import Attempt, AttemptKind
 from reflexguard.core.channels import Channel
-from reflexguard.core.ladder import Attempt, AttemptKind
 from reflexguard.core.model import CallVerdict, Reply, Verdict
 from reflexguard.ops.config import Settings
 from reflexguard.ops.state import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from reflexguard.core.attempts import Attempt
 from reflexguard.core.channels import Channel
-from reflexguard.core.ladder import Attempt
 from reflexguard.core.model import CallVerdict, Reply, Verdict
 from reflexguard.ops.telemetry import MODEL_LABELS, Telemetry
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from reflexguard.core.attempts import Attempt, AttemptKind
 from reflexguard.core.channels import Channel
-from reflexguard.core.ladder import Attempt, AttemptKind
 from reflexguard.core.margins import CallMargin
 from reflexguard.core.model import CallVerdict, Reply, Verdict
 from reflexguard.ops.telemetry import Telemetry

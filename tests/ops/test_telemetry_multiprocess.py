@@ -20,7 +20,7 @@ from reflexguard.ops.telemetry import Telemetry, multiprocess_dir
 COUNT_ONCE = """
 import sys
 from reflexguard.core.channels import Channel
-from reflexguard.core.ladder import Attempt
+from reflexguard.core.attempts import Attempt
 from reflexguard.core.model import CallVerdict, Reply, Verdict
 from reflexguard.ops.telemetry import Telemetry
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.records import Arm, Cell, EpisodeRecord, ProxyRecord, ToolCallRecord
 from bench.stats import analysis
-from reflexguard.core.ladder import Outcome
+from reflexguard.core.attempts import Outcome
 from reflexguard.ops.events import Event, OutcomeEvent
 
 CELL = Cell(model="m", family="f", precision="Q4", reference=True, domain="mock")
