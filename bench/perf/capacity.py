@@ -72,6 +72,15 @@ class Point:
     cpu_s: float
     busy: float  # the whole machine's busy share over the point
 
+    def absorb(self, other: Point) -> None:
+        """Another round of the same target, concurrency and scene, merged into this one."""
+        self.first_text_ms += other.first_text_ms
+        self.hold_ms += other.hold_ms
+        self.streams += other.streams
+        self.errors += other.errors
+        self.cpu_s += other.cpu_s
+        self.busy = max(self.busy, other.busy)
+
     def summary(self) -> dict[str, object]:
         row = {k: v for k, v in asdict(self).items() if k not in ("first_text_ms", "hold_ms")}
         for what in ("first_text_ms", "hold_ms"):
@@ -160,13 +169,7 @@ def measure(options: Options, saved: Path | None = None) -> list[Point]:
                               f"busy {point.busy:.0%}", flush=True)
                         key = (target.name, c, scene)
                         if key in merged:
-                            have = merged[key]
-                            have.first_text_ms += point.first_text_ms
-                            have.hold_ms += point.hold_ms
-                            have.streams += point.streams
-                            have.errors += point.errors
-                            have.cpu_s += point.cpu_s
-                            have.busy = max(have.busy, point.busy)
+                            merged[key].absorb(point)
                         else:
                             merged[key] = point
                         if saved is not None:
