@@ -95,9 +95,10 @@ class Settings(BaseSettings):
     reask_tokens_floor: int = Field(256, ge=1)
     reask_tokens_ceiling: int = Field(2048, ge=1)
     # The loop guard (docs/repair.md, "Repeated calls"): a valid call that repeats one the
-    # conversation made `loop_repeats` times with one result. Off until measured.
+    # conversation made `loop_repeats` times with one result. `stop` by measurement
+    # (docs/bench.md, "Multi-turn"; docs/decisions.md).
     loop_guard: LoopMode = Field(
-        "off", description="a call repeating one already made loop_repeats times with the "
+        "stop", description="a call repeating one already made loop_repeats times with the "
         "same result: off, observe (count it), repair (re-ask once) or stop (re-ask once, "
         "then end the loop with a text answer)")
     loop_repeats: int = Field(

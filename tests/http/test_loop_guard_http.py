@@ -167,11 +167,11 @@ async def test_observe_counts_the_repeat_and_forwards_the_answer(
 
 
 @pytest.mark.parametrize("dialect", ["chat", "messages", "responses"])
-async def test_off_by_default_and_no_repeat_below_the_threshold(
+async def test_off_leaves_a_repeat_alone_and_no_repeat_below_the_threshold(
         fake, proxy, dialect: str) -> None:
     upstream, _ = fake
     upstream.default = answer(dialect, True, REPEATED)
-    client = await proxy()  # loop_guard off
+    client = await proxy(loop_guard="off")
     await post(client, dialect, looping(dialect), False)
     guarded = await proxy(loop_guard="repair", loop_repeats=3)
     await post(guarded, dialect, looping(dialect), False)

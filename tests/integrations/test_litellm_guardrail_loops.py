@@ -66,7 +66,7 @@ async def test_a_repeat_again_leaves_the_response_to_litellm_but_bills_the_re_as
 
 async def test_with_the_loop_guard_off_a_repeat_is_left_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    hook, sent = guardrail(monkeypatch)
+    hook, sent = guardrail(monkeypatch, loop_guard="off")
     response = litellm.ModelResponse(**tool_call_completion(*REPEATED))
     assert await hook.async_post_call_success_hook(
         {**looping("chat"), "metadata": {}}, None, response) is None
