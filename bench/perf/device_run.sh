@@ -35,6 +35,8 @@ for run in ${RUNS:-capacity}; do
     workers) step workers "${WORKERS_TIMEOUT:-300}" python3 -m bench.overhead --workers 1 2 4 8 \
         --tools 15 --load-processes 6 --upstream-processes 4 --concurrency 256 --rounds 3 \
         --duration 4 --requests 100000000 --against "$OLD" --json "$OUT/workers.json" ;;
+    plain) step plain "${PLAIN_TIMEOUT:-240}" python3 -m bench.overhead --tools 15 \
+        --concurrency 1 50 256 --requests 3000 --rounds 5 --against "$OLD" ;;
     dialects) for d in messages responses; do
         step "dialect-$d" 120 python3 -m bench.overhead --dialect "$d" --concurrency 50 \
           --requests 3000 --rounds 3 --against "$OLD"; done ;;
