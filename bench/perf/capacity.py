@@ -28,7 +28,7 @@ from bench.perf.load import tree_cpu_seconds
 from bench.perf.many_core_load import busy_share, machine_ticks, split
 from bench.perf.processes import process
 from bench.perf.stream_bench import template
-from bench.perf.stream_stats import quantile
+from bench.perf.stream_stats import absorb, quantile
 from bench.perf.stream_upstream import ROUTES
 from reflexguard.ops.loopback import free_port
 
@@ -74,11 +74,7 @@ class Point:
 
     def absorb(self, other: Point) -> None:
         """Another round of the same target, concurrency and scene, merged into this one."""
-        self.first_text_ms += other.first_text_ms
-        self.hold_ms += other.hold_ms
-        self.streams += other.streams
-        self.errors += other.errors
-        self.cpu_s += other.cpu_s
+        absorb(self, other)
         self.busy = max(self.busy, other.busy)
 
     def summary(self) -> dict[str, object]:

@@ -29,7 +29,7 @@ import orjson
 from bench.perf.processes import process
 from bench.perf.stream_bounds import body as request_body
 from bench.perf.stream_bounds import cpu_seconds
-from bench.perf.stream_stats import added_row, ratio
+from bench.perf.stream_stats import absorb, added_row, ratio
 from bench.perf.stream_upstream import ROUTES, SCENES
 from reflexguard.ops.loopback import free_port
 
@@ -165,12 +165,7 @@ def measure(args_requests: int, rounds: int, concurrencies: list[int], dialects:
                                                     dialect, scene, c, per_round, serial,
                                                     pids[target]))
                             key = (target, dialect, scene, c)
-                            have = results.setdefault(key, Samples())
-                            have.first_text_ms += got.first_text_ms
-                            have.hold_ms += got.hold_ms
-                            have.errors += got.errors
-                            have.cpu_s += got.cpu_s
-                            have.streams += got.streams
+                            absorb(results.setdefault(key, Samples()), got)
     report(results, dialects, concurrencies, COPY in bases)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

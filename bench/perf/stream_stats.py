@@ -5,6 +5,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class RoundSamples(Protocol):
+    """What one round of a streaming point measured (bench.overhead --stream's Samples,
+    bench.capacity's Point)."""
+
+    first_text_ms: list[float]
+    hold_ms: list[float]
+    streams: int
+    errors: int
+    cpu_s: float
+
+
+def absorb(into: RoundSamples, other: RoundSamples) -> None:
+    """Another round of the same point merged into `into`: samples pooled, counts and CPU
+    summed (the one rule both streaming benches merge rounds by)."""
+    into.first_text_ms += other.first_text_ms
+    into.hold_ms += other.hold_ms
+    into.streams += other.streams
+    into.errors += other.errors
+    into.cpu_s += other.cpu_s
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+from bench.perf.capacity import Point as CapacityPoint
 from bench.perf.load import Point
 from bench.perf.many_core_load import busy_share, split
 from bench.perf.many_core_report import added_p50, rows
-from bench.perf.stream_stats import added_row, quantile
+from bench.perf.stream_bench import Samples
+from bench.perf.stream_stats import absorb, added_row, quantile
 from bench.perf.stream_upstream import CALL_ARGUMENTS, TEXT, rendered, split_events
 
 
@@ -63,3 +65,14 @@ def test_the_fake_streams_carry_the_answers_whole_in_many_events() -> None:
         assert split_events(call) == streams["call", dialect]
         assert len(streams["text", dialect]) > 200
     assert 2000 <= len(CALL_ARGUMENTS) <= 2200 and len(TEXT) == 2048
+
+
+def test_rounds_merge_by_one_rule_in_both_streaming_benches() -> None:
+    samples = Samples([1.0], [2.0], errors=1, cpu_s=0.5, streams=1)
+    absorb(samples, Samples([3.0], [4.0], errors=2, cpu_s=0.25, streams=2))
+    assert (samples.first_text_ms, samples.hold_ms, samples.errors, samples.cpu_s,
+            samples.streams) == ([1.0, 3.0], [2.0, 4.0], 3, 0.75, 3)
+    point = CapacityPoint("rg-1w", "rg", 1, 50, "text", [1.0], [2.0], 1, 0, 0.5, 0.2)
+    point.absorb(CapacityPoint("rg-1w", "rg", 1, 50, "text", [5.0], [6.0], 2, 1, 0.5, 0.1))
+    assert (point.first_text_ms, point.hold_ms, point.streams, point.errors, point.cpu_s,
+            point.busy) == ([1.0, 5.0], [2.0, 6.0], 3, 1, 1.0, 0.2)
