@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
 from bench.perf.load import drive
@@ -77,7 +78,8 @@ def main() -> None:
               ["-m", "reflexguard", "serve", "--upstream", upstream, "--port", str(guard_port)])
     with tempfile.TemporaryDirectory() as tmp, \
             process(["-m", "bench.perf.fast_upstream", "--port", str(up)], up), \
-            process(["-m", "bench.perf.otlp_sink", "--port", str(sink)], sink), \
+            (process(["-m", "bench.perf.otlp_sink", "--port", str(sink)], sink)
+             if args.otel is not None else nullcontext()), \
             process(server, guard_port, env or None) as guard:
         out = Path(tmp) / "stacks.txt"
         spy = subprocess.Popen([str(PY_SPY), "record", "--pid", str(guard.pid), "--duration",
