@@ -112,7 +112,9 @@ class LocalHistogram:
                 if extra is not None:
                     attributes[extra[0]] = extra[1]
                 if key not in self.admitted:
-                    if len(self.admitted) >= CARDINALITY_LIMIT - 1:
+                    # The SDK's rule (1.45, the pinned one): CARDINALITY_LIMIT sets, then
+                    # the overflow set as one point more.
+                    if len(self.admitted) >= CARDINALITY_LIMIT:
                         key, attributes = OVERFLOW_KEY, dict(OVERFLOW)
                         point = self.points.get(key)
                     else:

@@ -102,6 +102,32 @@ def test_local_histograms_export_what_the_sdk_aggregates(temporality, monkeypatc
         assert got == want
 
 
+def test_local_histograms_bound_the_attribute_sets_as_the_sdk_does(monkeypatch) -> None:
+    """A hostile upstream can name a new model on every answer: the points stay within the
+    SDK's cardinality limit, the rest in its overflow set, the same as the SDK's."""
+    monkeypatch.setenv("OTEL_METRICS_EXEMPLAR_FILTER", "always_off")
+    from opentelemetry.sdk.metrics import Histogram
+
+    reader = InMemoryMetricReader(
+        preferred_temporality={Histogram: AggregationTemporality.CUMULATIVE})
+    sdk = MeterProvider(metric_readers=[reader]).get_meter("t").create_histogram(
+        "d", explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS))
+    local = LocalHistogram("d", "", "", DURATION_BUCKETS)
+    for n in range(5000):
+        sdk.record(0.1, {"gen_ai.response.model": f"m{n}"})
+        local.record(0.1, {"gen_ai.response.model": f"m{n}"})
+    want = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics[0]
+    ours = local.collect(delta=False)
+    assert ours is not None
+
+    def shape(points: Any) -> tuple[int, int, list[int]]:
+        overflow = [p.count for p in points if p.attributes.get("otel.metric.overflow")]
+        return len(points), sum(p.count for p in points), overflow
+
+    assert shape(ours.data.data_points) == shape(want.data.data_points)
+    assert len(ours.data.data_points) <= 2000 + 1  # the limit, and the overflow set
+
+
 def test_local_histograms_keep_the_last_sampled_value_per_bucket_as_an_exemplar() -> None:
     local = LocalHistogram("d", "s", "", DURATION_BUCKETS)
     sampled = context()
