@@ -9,6 +9,7 @@ reason, `episode_timeout`.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from bench.tau2.classify import env_channel
 from bench.tau2.scripted_user import LABEL as SCRIPTED_LABEL
 from bench.tau2.scripted_user import ScriptedUser
 from bench.tau2.sim_agent import SimulatedAgent
+from reflexguard.core.limits import LABEL_LIMIT
 from reflexguard.ops.events import Event
 
 AgentKind = Literal["llm", "simulated"]
@@ -59,7 +61,24 @@ class EpisodeSpec:
 
     @property
     def session(self) -> str:
-        return f"{self.cell.key}|{self.arm}|{self.task.id}|{self.trial}"
+        return session_key(self.cell.key, self.arm, str(self.task.id), self.trial)
+
+
+def session_key(cell_key: str, arm: str, task_id: str, trial: int) -> str:
+    """The episode's `x-reflexguard-session`, by which its events are joined to it.
+
+    reflexguard clips a session to LABEL_LIMIT characters (it reaches labels and logs), and a
+    clipped key joins no events. An injected-faults cell's key holds its whole spec, so a
+    key that would be clipped names the cell by a digest instead; a short one stays readable
+    (and the same as in the records already written, so `--resume` still joins them).
+    """
+    full = f"{cell_key}|{arm}|{task_id}|{trial}"
+    if len(full) <= LABEL_LIMIT:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:16]
+    tail = f"|{arm}|{trial}"
+    room = LABEL_LIMIT - len(digest) - len(tail) - 1
+    return f"{digest}|{task_id[:max(room, 0)]}{tail}"[:LABEL_LIMIT]
 
 
 class EpisodeTimeout(Exception):

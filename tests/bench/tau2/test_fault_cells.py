@@ -14,8 +14,10 @@ from bench.compare import parser
 from bench.records import Arm
 from bench.report.writer import build_report
 from bench.tau2.cells import DEFAULT, CellsConfig, Endpoint, ModelEntry, Precision
+from bench.tau2.episode import session_key
 from bench.tau2.fault_cells import FaultCellsError, served_together, with_fault_cells
 from bench.tau2.runner import RunOptions, run
+from reflexguard.core.limits import LABEL_LIMIT, safe_label
 from tests.fakes.fake_upstream import FakeUpstream, Scripted, text_completion, tool_call_completion
 from tests.fakes.threaded_upstream import threaded_fake
 
@@ -94,3 +96,35 @@ def test_injected_damage_is_recorded_apart_from_natural_errors(tmp_path: Path) -
     assert "## Injected faults beside natural errors" in report
     assert "| repair | K | natural | INJECTED unknown_tool=1 |" in report
     assert (tmp_path / "masking.png").is_file()
+
+
+MIXED = "unknown_tool=0.14,malformed_args=0.13,schema_violation=0.13"
+
+
+def test_a_long_spec_cell_still_joins_its_events(tmp_path: Path) -> None:
+    """The mixed spec's cell key is longer than the session reflexguard keeps (it clips at
+    LABEL_LIMIT); the bench's session must stay whole, or no event joins its episode."""
+    with threaded_fake(FakeUpstream(default=gold_model)) as (_, base_url):
+        config = with_fault_cells(CellsConfig(max_repairs=1, models=[ModelEntry(
+            name="qwen2.5-coder-0.5b", family="fake (SIMULATED model)", precisions=[Precision(
+                label="Q4_K_M", reference=True,
+                endpoint=Endpoint(base_url=base_url, model="fake-upstream"))])]), [MIXED])
+        records = run(config, RunOptions(out=tmp_path, arms=["on"], domains=["mock"],
+                                         task_ids=["update_task_1"], max_errors=3,
+                                         episode_timeout=120))
+    damaged = next(r for r in records if "inject" in r.cell.precision_key)
+    assert len(damaged.cell.key) + len("|on|update_task_1|0") > LABEL_LIMIT
+    assert damaged.proxy.first_attempt_channels, "the episode joined no events"
+    assert damaged.proxy.injected is not None and damaged.proxy.injected.requests >= 1
+
+
+def test_a_session_key_is_never_clipped_and_names_one_episode() -> None:
+    short = session_key("m@Q4_K_M/mock", "on", "create_task_1", 0)
+    assert short == "m@Q4_K_M/mock|on|create_task_1|0"  # as the committed records have it
+    cell = f"qwen2.5-coder-0.5b@Q4_K_M+inject:{MIXED},seed=0,reasks=off/mock"
+    keys = {session_key(cell, arm, task, trial) for arm in ARMS + ["on+budget"]
+            for task in ("create_task_1", "update_task_1") for trial in range(3)}
+    assert len(keys) == 18
+    assert all(len(k) <= LABEL_LIMIT and safe_label(k) == k for k in keys)
+    other = session_key(cell.replace("0.14", "0.15"), "on", "create_task_1", 0)
+    assert other not in keys  # another spec, another cell
