@@ -1,8 +1,15 @@
-"""The BFCL report's injected-faults section, from the summary alone (none: nothing)."""
+"""The BFCL report's injected-faults section and plot, from the summary alone (none:
+nothing)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 
 CHANNELS = ("unknown_tool", "malformed_args", "schema_violation", "any")
 NOTE = ("> **INJECTED** cells (`+inject:SPEC`) ran with reflexguard damaging a seeded share "
@@ -44,3 +51,58 @@ def bfcl_fault_lines(summary: dict[str, Any]) -> list[str]:
                 f"{_r(inj['off_correct'])} → {_r(inj['on_correct'])} | {inj['fixed']} | "
                 f"{inj['broken_with_injected_fault']} / {inj['broken_without']} |")
     return [*lines, ""]
+
+
+def _bar(ax: Any, x: float, entry: dict[str, Any] | None, width: float, **style: Any) -> None:
+    if not entry or entry["rate"] is None:
+        return
+    ax.bar([x], [entry["rate"]], width, yerr=[[entry["rate"] - entry["low"]],
+                                              [entry["high"] - entry["rate"]]],
+           capsize=2, **style)
+
+
+def fault_plot(summary: dict[str, Any], path: Path) -> bool:
+    """Per category (a row each): accuracy natural / INJECTED off / INJECTED on for each
+    injected cell, and the share of INJECTED and natural faults repair turned correct."""
+    faults = summary.get("faults") or {}
+    cells = sorted(faults)
+    categories = list(dict.fromkeys(cat for c in cells for cat in faults[c]["categories"]))
+    if not cells or not categories:
+        return False
+    fig, axes = plt.subplots(len(categories), 2, figsize=(max(7.0, 2.2 * len(cells) + 3),
+                                                          3.4 * len(categories)),
+                             squeeze=False)
+    labels = [c.split("+inject:", 1)[-1].replace(",seed=0", "").replace(",reasks=", "\nreasks=")
+              for c in cells]
+    for row, category in zip(axes, categories, strict=True):
+        accuracy, repaired = row
+        for i, cell in enumerate(cells):
+            entry = faults[cell]["categories"].get(category)
+            if not entry:
+                continue
+            inj, nat = entry["injected_cell"], entry["natural_cell"]
+            first = i == 0
+            _bar(accuracy, i - 0.27, nat["off_correct"] if nat else None, 0.26,
+                 color="#9aa5b1", label="natural, repair off" if first else None)
+            _bar(accuracy, i, inj["off_correct"], 0.26, color="#e08a3c",
+                 label="INJECTED, repair off" if first else None)
+            _bar(accuracy, i + 0.27, inj["on_correct"], 0.26, color="#1f77b4",
+                 label="INJECTED, repair on" if first else None)
+            _bar(repaired, i - 0.2, inj["injected_repaired_correct"].get("any"), 0.38,
+                 color="#1f77b4", label="INJECTED faults" if first else None)
+            _bar(repaired, i + 0.2, inj["natural_repaired_correct"], 0.38, color="#9aa5b1",
+                 hatch="//", label="natural faults (same cases)" if first else None)
+        for ax, title in ((accuracy, "BFCL accuracy"),
+                          (repaired, "faulty first answers repaired into a correct one")):
+            ax.set_xticks(range(len(cells)))
+            ax.set_xticklabels(labels, fontsize=7)
+            ax.set_ylim(0, 1.02)
+            ax.set_title(f"{category}: {title}", fontsize=9)
+            ax.legend(fontsize=7)
+        accuracy.set_ylabel("share (Wilson 95% CI)")
+    fig.suptitle("INJECTED faults (simulated damage) on a real model, repaired by re-asking it",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

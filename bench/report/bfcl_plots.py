@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench.report.bfcl_faults import fault_plot
 from bench.report.plots import name_scatter
 
 ARM_COLOURS = {"off": "#9aa5b1", "on": "#1f77b4", "on+loop": "#2ca02c",
@@ -105,4 +106,7 @@ def draw_all(summary: dict[str, Any], out: Path) -> list[str]:
              "bfcl_repair.png": repair_bars, "bfcl_wrong_names.png": name_scatter}
     for name, draw in files.items():
         draw(summary, out / name, tag)
-    return list(files)
+    drawn = list(files)
+    if fault_plot(summary, out / "bfcl_faults.png"):  # a run with INJECTED-faults cells
+        drawn.append("bfcl_faults.png")
+    return drawn

@@ -33,6 +33,14 @@ class Rate:
         return self.successes / self.n if self.n else float("nan")
 
 
+def p_rounded(value: float | None) -> float | None:
+    """A p-value kept to three significant figures: rounding to decimal places, as the
+    rates are, would print a strong effect's p (1e-9) as 0."""
+    if value is None or math.isnan(value):
+        return None
+    return float(f"{value:.3g}")
+
+
 def wilson(successes: int, n: int, z: float = 1.96) -> Rate:
     """The Wilson score interval: sound at 0 and n, where the normal one is not."""
     if n == 0:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.stats import bfcl
-from bench.stats.analysis import PairedEffect, Rate
+from bench.stats.analysis import PairedEffect, Rate, p_rounded
 from bench.stats.bfcl_faults import bfcl_fault_summary
 from bench.stats.bfcl_records import BFCL_ARMS, CaseRecord
 from bench.stats.bfcl_trajectory import trajectories
@@ -40,7 +40,7 @@ def _effect(effect: PairedEffect | None) -> dict[str, Any] | None:
 def _paired(p: bfcl.Paired) -> dict[str, Any]:
     return {"pairs": p.pairs, "baseline_correct": p.baseline_correct,
             "treated_correct": p.treated_correct, "difference": _finite(p.difference),
-            "p_value": _finite(p.p_value), "fixed": list(p.fixed), "broken": list(p.broken)}
+            "p_value": p_rounded(p.p_value), "fixed": list(p.fixed), "broken": list(p.broken)}
 
 
 def _groups(records: Sequence[CaseRecord]) -> dict[tuple[str, str, str], list[CaseRecord]]:
@@ -118,7 +118,7 @@ def _repair(groups: dict[tuple[str, str, str], list[CaseRecord]], cells: list[st
                     if (cell, "off", cat) in groups and (cell, "on", cat) in groups}
         adjusted = bfcl.holm({cat: p.p_value for cat, p in compared.items()})
         if compared:
-            out[cell] = {cat: _paired(p) | {"holm_p": _finite(adjusted[cat])}
+            out[cell] = {cat: _paired(p) | {"holm_p": p_rounded(adjusted[cat])}
                          for cat, p in compared.items()}
     return out
 
@@ -166,7 +166,7 @@ def _precision_effects(records: Sequence[CaseRecord],
                 "lower_count": ratio.lower_count}
         overlap = bfcl.names_overlap(ref_cases, low_cases)
         names[cell] = {"reference": ref, "spearman": _finite(overlap.spearman),
-                       "p_value": _finite(overlap.p_value), "names": overlap.names,
+                       "p_value": p_rounded(overlap.p_value), "names": overlap.names,
                        "lower_hallucinations": overlap.lower_total,
                        "lower_new": overlap.lower_new, "share_new": _finite(overlap.share_new),
                        "reference_counts": dict(bfcl.wrong_names(ref_cases)),
@@ -194,7 +194,7 @@ def _precision_effects(records: Sequence[CaseRecord],
                     "reference_correct": t.comparison.baseline_correct,
                     "lower_correct": t.comparison.treated_correct, "pairs": t.comparison.pairs,
                     "lost": len(t.comparison.broken), "won": len(t.comparison.fixed),
-                    "p_value": _finite(t.p_value), "holm_p": _finite(t.adjusted),
+                    "p_value": p_rounded(t.p_value), "holm_p": p_rounded(t.adjusted),
                     "damaged": t.damaged} for t in tests],
         "damaged_cells": {c: any(t.damaged for t in tests if t.cell == c)
                           for c in {t.cell for t in tests}},

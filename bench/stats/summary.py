@@ -114,7 +114,7 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
         low_names = analysis.hallucinated_names(groups[key, observe])
         overlap = analysis.name_overlap(ref_names, low_names)
         names[key] = {"reference": ref_key, "spearman": _finite(overlap.spearman),
-                      "p_value": _finite(overlap.p_value), "names": overlap.names,
+                      "p_value": analysis.p_rounded(overlap.p_value), "names": overlap.names,
                       "lower_hallucinations": overlap.lower_total,
                       "lower_new": overlap.lower_new, "share_new": _finite(overlap.share_new),
                       "reference_counts": dict(ref_names), "lower_counts": dict(low_names)}
@@ -142,7 +142,8 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
     return {
         "amplification": amplification, "hallucinated_names": names,
         "damage_tests": [{"cell": t.cell, "channel": t.channel, "ratio": _finite(t.ratio),
-                          "p_value": _finite(t.p_value), "holm_p": _finite(t.adjusted),
+                          "p_value": analysis.p_rounded(t.p_value),
+                          "holm_p": analysis.p_rounded(t.adjusted),
                           "significant": t.significant} for t in tests],
         "damaged": damaged, "references": sorted(k for k, c in cells.items() if c.reference),
         "repair_effect": effects, "arm_effects": arm_effects,

@@ -186,3 +186,12 @@ def test_irrelevance_worse_with_repair_is_called_out() -> None:
     summary = summarise(two_cells([True, False, True]))
     assert summary["irrelevance"]["m@Q4_K_M"]["verdict"] == "WORSE with repair on"
     assert summary["irrelevance"]["m@Q4_K_M"]["broken"] == ["irrelevance_1"]
+
+
+def test_a_strong_effects_p_value_is_kept_not_rounded_to_zero() -> None:
+    """40 fixed, none broken: p = 2 * 0.5**40 ≈ 1.8e-12, which four decimals would print 0."""
+    off = [case(f"simple_python_{i}", False) for i in range(40)]
+    on = [case(f"simple_python_{i}", True, "on") for i in range(40)]
+    (row,) = [cell["simple_python"] for cell in summarise(off + on)["repair"].values()]
+    assert row["p_value"] == pytest.approx(bfcl.mcnemar_exact(0, 40), rel=1e-2)
+    assert 0 < row["p_value"] < 1e-11 and 0 < row["holm_p"] < 1e-11

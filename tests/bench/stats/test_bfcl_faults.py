@@ -3,8 +3,10 @@ by channel, natural faults beside them, cases broken by repair, and the report's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.fault_tally import InjectedTally
-from bench.report.bfcl_faults import bfcl_fault_lines
+from bench.report.bfcl_faults import bfcl_fault_lines, fault_plot
 from bench.stats.bfcl_faults import bfcl_fault_summary
 from bench.stats.bfcl_records import CaseRecord
 from bench.stats.bfcl_summary import summarise
@@ -60,6 +62,14 @@ def test_the_report_labels_injected_faults_and_prints_nothing_without_them():
     assert "INJECTED unknown_tool → correct" in text and "1/1 100%" in text
     natural_only = [r for r in records() if "+inject:" not in r.precision]
     assert bfcl_fault_lines(summarise(natural_only)) == []
+
+
+def test_the_plot_is_drawn_for_injected_cells_only(tmp_path: Path) -> None:
+    assert fault_plot(summarise(records()), tmp_path / "faults.png")
+    assert (tmp_path / "faults.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    natural_only = [r for r in records() if "+inject:" not in r.precision]
+    assert not fault_plot(summarise(natural_only), tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_a_cell_is_named_by_its_damage_and_reasks_on_is_kept_apart():
