@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench.stats.faults import fault_label
+
 CHANNELS = ("unknown_tool", "malformed_args", "schema_violation", "any")
 NOTE = ("> **INJECTED** cells (`+inject:SPEC`) ran with reflexguard damaging a seeded share "
         "of the model's tool calls on purpose (`--inject-faults`, simulated damage; "
@@ -72,7 +74,8 @@ def fault_plot(summary: dict[str, Any], path: Path) -> bool:
     fig, axes = plt.subplots(len(categories), 2, figsize=(max(7.0, 2.2 * len(cells) + 3),
                                                           3.4 * len(categories)),
                              squeeze=False)
-    labels = [c.split("+inject:", 1)[-1].replace(",seed=0", "").replace(",reasks=", "\nreasks=")
+    # The report's own name for each cell's damage ("INJECTED unknown_tool=0.4"), wrapped.
+    labels = [fault_label(c.split("@", 1)[-1]).replace(" ", "\n", 1).replace(",", ",\n")
               for c in cells]
     for row, category in zip(axes, categories, strict=True):
         accuracy, repaired = row
