@@ -33,6 +33,16 @@ class Rate:
         return self.successes / self.n if self.n else float("nan")
 
 
+def rounded(value: float | None) -> float | str | None:
+    """A figure fit for summary.json: four decimals; infinity as "inf" (JSON has none);
+    None and NaN (a rate of nothing) as None."""
+    if value is None or math.isnan(value):
+        return None
+    if math.isinf(value):
+        return "inf"
+    return round(value, 4)
+
+
 def p_rounded(value: float | None) -> float | None:
     """A p-value kept to three significant figures: rounding to decimal places, as the
     rates are, would print a strong effect's p (1e-9) as 0."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.stats import bfcl
-from bench.stats.analysis import PairedEffect, Rate, p_rounded
+from bench.stats.analysis import PairedEffect, Rate, p_rounded, rounded
 from bench.stats.bfcl_faults import bfcl_fault_summary
 from bench.stats.bfcl_records import BFCL_ARMS, CaseRecord
 from bench.stats.bfcl_trajectory import trajectories
@@ -17,29 +17,21 @@ IRRELEVANCE = "irrelevance"
 OBSERVE = "off"  # the arm where nothing is repaired: damage and channels are read there
 
 
-def _finite(value: float | None) -> float | str | None:
-    if value is None or math.isnan(value):
-        return None
-    if math.isinf(value):
-        return "inf"
-    return round(value, 4)
-
-
 def _rate(rate: Rate) -> dict[str, Any]:
-    return {"correct": rate.successes, "n": rate.n, "rate": _finite(rate.value),
-            "low": _finite(rate.low), "high": _finite(rate.high)}
+    return {"correct": rate.successes, "n": rate.n, "rate": rounded(rate.value),
+            "low": rounded(rate.low), "high": rounded(rate.high)}
 
 
 def _effect(effect: PairedEffect | None) -> dict[str, Any] | None:
     if effect is None:
         return None
-    return {"mean": _finite(effect.difference), "low": _finite(effect.low),
-            "high": _finite(effect.high), "pairs": effect.pairs}
+    return {"mean": rounded(effect.difference), "low": rounded(effect.low),
+            "high": rounded(effect.high), "pairs": effect.pairs}
 
 
 def _paired(p: bfcl.Paired) -> dict[str, Any]:
     return {"pairs": p.pairs, "baseline_correct": p.baseline_correct,
-            "treated_correct": p.treated_correct, "difference": _finite(p.difference),
+            "treated_correct": p.treated_correct, "difference": rounded(p.difference),
             "p_value": p_rounded(p.p_value), "fixed": list(p.fixed), "broken": list(p.broken)}
 
 
@@ -103,8 +95,8 @@ def summarise(records: Sequence[CaseRecord]) -> dict[str, Any]:
 
 def _channels(rates: bfcl.ChannelRates) -> dict[str, Any]:
     return {"entries": rates.entries, "requests": rates.requests, "cases": rates.cases,
-            "per_entry": {ch: _finite(rates.per_entry(ch)) for ch in bfcl.CHANNELS},
-            "per_case": {ch: _finite(rates.per_case(ch)) for ch in bfcl.CHANNELS},
+            "per_entry": {ch: rounded(rates.per_entry(ch)) for ch in bfcl.CHANNELS},
+            "per_case": {ch: rounded(rates.per_case(ch)) for ch in bfcl.CHANNELS},
             "counts": {ch: rates.counts.get(ch, 0) for ch in bfcl.CHANNELS}}
 
 
@@ -161,14 +153,14 @@ def _precision_effects(records: Sequence[CaseRecord],
         for channel in bfcl.CHANNELS:
             ratio = bfcl.amplification(ref_cases, low_cases, channel)
             amplification[cell]["channels"][channel] = {
-                "ratio": _finite(ratio.value), "low": _finite(ratio.low),
-                "high": _finite(ratio.high), "reference_count": ratio.reference_count,
+                "ratio": rounded(ratio.value), "low": rounded(ratio.low),
+                "high": rounded(ratio.high), "reference_count": ratio.reference_count,
                 "lower_count": ratio.lower_count}
         overlap = bfcl.names_overlap(ref_cases, low_cases)
-        names[cell] = {"reference": ref, "spearman": _finite(overlap.spearman),
+        names[cell] = {"reference": ref, "spearman": rounded(overlap.spearman),
                        "p_value": p_rounded(overlap.p_value), "names": overlap.names,
                        "lower_hallucinations": overlap.lower_total,
-                       "lower_new": overlap.lower_new, "share_new": _finite(overlap.share_new),
+                       "lower_new": overlap.lower_new, "share_new": rounded(overlap.share_new),
                        "reference_counts": dict(bfcl.wrong_names(ref_cases)),
                        "lower_counts": dict(bfcl.wrong_names(low_cases))}
         for cat in categories:
@@ -187,7 +179,7 @@ def _precision_effects(records: Sequence[CaseRecord],
                     p = bfcl.paired(groups[cell, "off", cat], groups[cell, "on", cat])
                     fixed, broken, n = fixed + len(p.fixed), broken + len(p.broken), n + p.pairs
         recovery[label] = {"pairs": n, "fixed": fixed, "broken": broken,
-                           "difference": _finite((fixed - broken) / n if n else math.nan)}
+                           "difference": rounded((fixed - broken) / n if n else math.nan)}
     return {
         "amplification": amplification, "hallucinated_names": names,
         "damage": [{"cell": t.cell, "category": t.category,
@@ -197,6 +189,6 @@ def _precision_effects(records: Sequence[CaseRecord],
                     "p_value": p_rounded(t.p_value), "holm_p": p_rounded(t.adjusted),
                     "damaged": t.damaged} for t in tests],
         "damaged_cells": {c: any(t.damaged for t in tests if t.cell == c)
-                          for c in {t.cell for t in tests}},
+                          for c in sorted({t.cell for t in tests})},
         "recovery": recovery,
     }

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Any
 
 from bench.records import ARMS, ENV_CHANNELS, EpisodeRecord
 from bench.stats import analysis
+from bench.stats.analysis import rounded
 from bench.stats.faults import fault_summary
 from reflexguard.core.channels import ERROR_CHANNELS
 
@@ -17,26 +17,16 @@ ARM_COMPARISONS = (("on", "off"), ("on+budget", "off"), ("on+budget", "on"), ("o
                    ("on+stop", "on"))
 
 
-def _finite(value: float | None) -> float | str | None:
-    if value is None:
-        return None
-    if math.isinf(value):
-        return "inf"
-    if math.isnan(value):
-        return None
-    return round(value, 4)
-
-
 def _rate(rate: analysis.Rate) -> dict[str, Any]:
-    return {"successes": rate.successes, "n": rate.n, "rate": _finite(rate.value),
-            "low": _finite(rate.low), "high": _finite(rate.high)}
+    return {"successes": rate.successes, "n": rate.n, "rate": rounded(rate.value),
+            "low": rounded(rate.low), "high": rounded(rate.high)}
 
 
 def _channels(rates: analysis.ChannelRates, channels: tuple[str, ...]) -> dict[str, Any]:
     return {"calls": rates.calls, "episodes": rates.episodes,
             "mean_agent_turns": round(rates.mean_turns, 2),
-            "per_call": {c: _finite(rates.per_call(c)) for c in channels},
-            "per_episode": {c: _finite(rates.per_episode(c)) for c in channels},
+            "per_call": {c: rounded(rates.per_call(c)) for c in channels},
+            "per_episode": {c: rounded(rates.per_episode(c)) for c in channels},
             "counts": {c: rates.counts.get(c, 0) for c in channels}}
 
 
@@ -77,8 +67,8 @@ def summarise(records: list[EpisodeRecord], max_errors: int) -> dict[str, Any]:
         summary["termination"][cell][arm] = dict(reasons)
         spent = analysis.budget_spent(group)
         summary["budget_spent"][cell][arm] = {
-            "n": spent.n, "mean": _finite(spent.mean), "low": _finite(spent.low),
-            "high": _finite(spent.high), "median": _finite(spent.median),
+            "n": spent.n, "mean": rounded(spent.mean), "low": rounded(spent.low),
+            "high": rounded(spent.high), "median": rounded(spent.median),
             "distribution": spent.distribution, "exhausted": spent.exhausted,
             "low_budget_episodes": sum(
                 analysis.low_budget_turns(r, r.max_errors or max_errors) > 0 for r in group)}
@@ -109,14 +99,14 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
         low_rates = analysis.env_channel_rates(groups[key, observe])
         pairs[key] = (ref_rates, low_rates)
         amplification[key] = {"reference": ref_key, "arm": observe, "ratios": {
-            c: _finite(v) for c, v in analysis.amplification(ref_rates, low_rates).items()}}
+            c: rounded(v) for c, v in analysis.amplification(ref_rates, low_rates).items()}}
         ref_names = analysis.hallucinated_names(groups[ref_key, observe])
         low_names = analysis.hallucinated_names(groups[key, observe])
         overlap = analysis.name_overlap(ref_names, low_names)
-        names[key] = {"reference": ref_key, "spearman": _finite(overlap.spearman),
+        names[key] = {"reference": ref_key, "spearman": rounded(overlap.spearman),
                       "p_value": analysis.p_rounded(overlap.p_value), "names": overlap.names,
                       "lower_hallucinations": overlap.lower_total,
-                      "lower_new": overlap.lower_new, "share_new": _finite(overlap.share_new),
+                      "lower_new": overlap.lower_new, "share_new": rounded(overlap.share_new),
                       "reference_counts": dict(ref_names), "lower_counts": dict(low_names)}
     tests = analysis.damage_tests(pairs) if pairs else []
     damaged = {key: any(t.significant for t in tests if t.cell == key) for key in pairs}
@@ -141,7 +131,7 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
                 spend[key][label] = _effect(difference)
     return {
         "amplification": amplification, "hallucinated_names": names,
-        "damage_tests": [{"cell": t.cell, "channel": t.channel, "ratio": _finite(t.ratio),
+        "damage_tests": [{"cell": t.cell, "channel": t.channel, "ratio": rounded(t.ratio),
                           "p_value": analysis.p_rounded(t.p_value),
                           "holm_p": analysis.p_rounded(t.adjusted),
                           "significant": t.significant} for t in tests],
@@ -152,8 +142,8 @@ def _comparisons(records: list[EpisodeRecord], groups: dict[tuple[str, str], lis
 
 
 def _effect(effect: analysis.PairedEffect) -> dict[str, Any]:
-    return {"difference": _finite(effect.difference), "low": _finite(effect.low),
-            "high": _finite(effect.high), "pairs": effect.pairs}
+    return {"difference": rounded(effect.difference), "low": rounded(effect.low),
+            "high": rounded(effect.high), "pairs": effect.pairs}
 
 
 def _plain(value: Any) -> Any:
