@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from bench.margins.runner import REFERENCE
+from bench.report.figure import plt, save
 
 
 def _errorbar(rate: dict[str, Any]) -> tuple[float, float, float]:
@@ -46,9 +42,7 @@ def rates(summary: dict[str, Any], path: Path) -> None:
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=7)
     ax.set_title("Teacher-forced next call: gold name and channels per precision", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def deciles(summary: dict[str, Any], path: Path) -> None:
@@ -79,9 +73,7 @@ def deciles(summary: dict[str, Any], path: Path) -> None:
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("rate (Wilson 95% CI)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def draw_all(summary: dict[str, Any], out: Path) -> None:

@@ -6,11 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
+from bench.report.figure import plt, save
 from bench.stats.faults import fault_label
 
 CHANNELS = ("unknown_tool", "malformed_args", "schema_violation", "any")
@@ -105,7 +101,5 @@ def fault_plot(summary: dict[str, Any], path: Path) -> bool:
         accuracy.set_ylabel("share (Wilson 95% CI)")
     fig.suptitle("INJECTED faults (simulated damage) on a real model, repaired by re-asking it",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
     return True

@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from bench.report.bfcl_faults import fault_plot
+from bench.report.figure import plt, save
 from bench.report.plots import name_scatter
 
 ARM_COLOURS = {"off": "#9aa5b1", "on": "#1f77b4", "on+loop": "#2ca02c",
@@ -49,9 +45,7 @@ def accuracy_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("BFCL accuracy (Wilson 95% CI)")
     fig.suptitle(f"BFCL accuracy by category, precision and arm{tag}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def channel_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
@@ -70,9 +64,7 @@ def channel_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
     ax.set_ylabel("share of first-answer verdicts")
     ax.legend(fontsize=7)
     ax.set_title(f"Error channels by precision, repair off{tag}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def repair_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
@@ -95,9 +87,7 @@ def repair_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
     if cells:
         ax.legend(fontsize=7)
     ax.set_title(f"Cases fixed and broken by repair{tag}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def draw_all(summary: dict[str, Any], out: Path) -> list[str]:

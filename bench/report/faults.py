@@ -9,10 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from bench.report.figure import plt, save
 
 INJECTED_NOTE = (
     "> **INJECTED** rows are cells whose reflexguard damaged a seeded share of the model's "
@@ -152,7 +149,5 @@ def masking_plot(summary: dict[str, Any], path: Path) -> bool:
     axes[0][0].set_ylabel("success (Wilson 95% CI)")
     fig.suptitle("Success vs K by INJECTED fault rate (simulated damage, real repair)",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
     return True

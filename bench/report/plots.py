@@ -5,13 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from bench.records import ENV_CHANNELS
 from bench.report.faults import masking_plot
+from bench.report.figure import plt, save
 
 # (arm, line style, marker, x shift): equal curves stay visible side by side.
 ARM_STYLES = (("off", "--", "o", -0.12), ("on", "-", "s", 0.0), ("on+budget", ":", "^", 0.12),
@@ -41,9 +37,7 @@ def success_curves(summary: dict[str, Any], path: Path, tag: str) -> None:
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("success (Wilson 95% CI)")
     fig.suptitle(f"Success vs error budget{tag}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def channel_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
@@ -61,9 +55,7 @@ def channel_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
     ax.set_ylabel("errors per tool call")
     ax.legend(fontsize=7)
     ax.set_title(f"Channel error rates by precision{tag}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def name_scatter(summary: dict[str, Any], path: Path, tag: str) -> None:
@@ -86,9 +78,7 @@ def name_scatter(summary: dict[str, Any], path: Path, tag: str) -> None:
                  fontsize=10)
     if plotted:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def budget_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
@@ -110,9 +100,7 @@ def budget_bars(summary: dict[str, Any], path: Path, tag: str) -> None:
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("episodes")
     fig.suptitle(f"Budget spent per episode{tag}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def draw_all(summary: dict[str, Any], out: Path) -> list[str]:
